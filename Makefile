@@ -1,0 +1,28 @@
+# Two commands for a fresh machine; each creates (or reuses) the virtual environment in .venv.
+#   make run    install the app's requirements and start it (streamlit run app.py)
+#   make test   install the test requirements and run the whole test suite
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: run test bench
+
+run: $(VENV)/.app-installed
+	$(BIN)/streamlit run app.py $(ARGS)
+
+test: $(VENV)/.dev-installed
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench: $(VENV)/.dev-installed
+	for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.app-installed: requirements.txt | $(BIN)/python
+	$(BIN)/python -m pip install -q -r requirements.txt
+	touch $@
+
+$(VENV)/.dev-installed: requirements.txt requirements-dev.txt | $(BIN)/python
+	$(BIN)/python -m pip install -q -r requirements-dev.txt
+	touch $@ $(VENV)/.app-installed

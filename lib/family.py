@@ -1,0 +1,84 @@
+"""Families of gradient problems, and the registry that later code asks for them.
+
+A family is one function under study (cosine similarity first): a reference built from
+differentiable torch ops, whose autograd gradient is the ground truth; several formulas, each a
+custom ``torch.autograd.Function`` with a hand-written backward; how to build example inputs;
+the loss that reduces the output to a scalar; and the maths as LaTeX. Code downstream takes a
+``Family`` and never names cosine, so new families (and a user's own Functions) plug in unchanged.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+import torch
+
+Tensor = torch.Tensor
+
+
+@dataclass(frozen=True)
+class Formula:
+    """One way of computing the family's function, with its own backward."""
+
+    name: str
+    function: Callable[..., Tensor]  # (*inputs, **params) -> output
+    summary: str  # one line: what is right or wrong with it
+    latex: str  # its gradient, as it computes it
+    correct: bool  # whether its gradient is meant to equal the reference's
+
+
+@dataclass(frozen=True)
+class Family:
+    """One gradient problem: reference, formulas, inputs, loss and maths."""
+
+    name: str
+    title: str
+    description: str
+    input_names: tuple[str, ...]
+    reference: Callable[..., Tensor]  # (*inputs, **params) -> output, plain differentiable ops
+    formulas: Mapping[str, Formula]
+    build_inputs: Callable[..., tuple[Tensor, ...]]  # (shape, *, seed, dtype, device, **options)
+    loss: Callable[[Tensor], Tensor]  # output -> scalar
+    params: Mapping[str, float | int] = field(default_factory=dict)  # keyword defaults, e.g. dim, eps
+    forward_latex: str = ""
+    gradient_latex: str = ""  # the true gradient
+
+    def formula(self, name: str) -> Formula:
+        try:
+            return self.formulas[name]
+        except KeyError:
+            known = ", ".join(self.formulas)
+            raise KeyError(f"family {self.name!r} has no formula {name!r}; it has: {known}") from None
+
+    def run(self, formula: str | None, inputs: tuple[Tensor, ...], **params) -> Tensor:
+        """The output of one formula (``None``: the reference) on ``inputs``."""
+        merged = {**self.params, **params}
+        function = self.reference if formula is None else self.formula(formula).function
+        return function(*inputs, **merged)
+
+
+_REGISTRY: dict[str, Family] = {}
+_BUILTIN_MODULES = ("lib.functions.cosine",)
+
+
+def register(family: Family) -> Family:
+    """Make ``family`` known to the app; a later registration of the same name replaces it."""
+    _REGISTRY[family.name] = family
+    return family
+
+
+def families() -> dict[str, Family]:
+    """Every registered family by name, the built-in ones first."""
+    for module in _BUILTIN_MODULES:
+        importlib.import_module(module)
+    return dict(_REGISTRY)
+
+
+def get_family(name: str) -> Family:
+    known = families()
+    try:
+        return known[name]
+    except KeyError:
+        raise KeyError(f"no family named {name!r}; known: {', '.join(known)}") from None

@@ -1,0 +1,365 @@
+"""Cosine similarity: the tutorial's custom Function, variants that isolate its bugs, and a corrected one.
+
+The tutorial (``shared/reference/cosine_tutorial.md``) publishes ``CosineSimilarityLossFunction``
+whose backward is wrong twice: the sign is flipped, and the 1/(‖x1‖‖x2‖) normalisation is missing.
+It also reduces over ``dim=-1`` in backward while the forward uses ``dim=1``. This module keeps
+the specimen exactly as published, one variant per fix so that each bug can be seen alone, and
+``CosineSimilarityFunction``, which equals ``torch.nn.functional.cosine_similarity`` in values and
+in gradients, supports double backward, forward-mode AD and vmap.
+
+Maths, per slice along ``dim``, with ``n_i = ‖x_i‖`` and ``c_i = max(n_i, eps)``::
+
+    y        = x1·x2 / (c1 c2)
+    ∂y/∂x1   = x2 / (c1 c2) − y · x1 / (c1 n1)
+
+The second term uses ``n1`` where one might expect ``c1``: PyTorch clamps the norms under
+``no_grad``, so where a norm is clamped its autograd still differentiates the norm as if it were
+not. That is PyTorch's gradient, not the derivative of its forward, and we match PyTorch.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from lib.family import Family, Formula, register
+
+Tensor = torch.Tensor
+
+
+# --------------------------------------------------------------------------------------------
+# The specimen: the tutorial's code exactly as published. Never fix it.
+# --------------------------------------------------------------------------------------------
+
+
+class CosineSimilarityLossFunction(torch.autograd.Function):
+    """The tutorial's Function, exactly as published. Its backward is wrong:
+
+    1. **Sign flipped.** The forward returns the similarity (the ``1 - sim`` of the loss is applied
+       outside), yet the backward returns the negated gradient, so it points uphill.
+    2. **Normalisation missing.** It projects with the raw inputs instead of unit vectors and never
+       divides by ‖x1‖‖x2‖; it is only right in size when both inputs have unit norm.
+    3. **Dimension mismatch.** The forward reduces over ``dim=1``; the backward over ``dim=-1``.
+       For 3-D inputs ``(B, C, L)`` with ``C != L`` the backward raises a shape error; with ``C == L``
+       it silently returns a gradient along the wrong axis.
+
+    On unit-norm 2-D inputs its gradient is exactly minus the true one.
+    """
+
+    @staticmethod
+    def forward(ctx, input1, input2):
+        cos_sim = torch.nn.functional.cosine_similarity(input1, input2)
+        ctx.save_for_backward(input1, input2)
+        return cos_sim
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        input1, input2 = ctx.saved_tensors
+        grad_input1 = grad_input2 = None
+
+        if ctx.needs_input_grad[0]:
+            cosine_loss_grad = grad_output.unsqueeze(-1) * input2
+            cosine_loss_grad = cosine_loss_grad - torch.sum(input1 * cosine_loss_grad, dim=-1, keepdim=True) * input1
+            grad_input1 = -cosine_loss_grad
+
+        if ctx.needs_input_grad[1]:
+            cosine_loss_grad = grad_output.unsqueeze(-1) * input1
+            cosine_loss_grad = cosine_loss_grad - torch.sum(input2 * cosine_loss_grad, dim=-1, keepdim=True) * input2
+            grad_input2 = -cosine_loss_grad
+
+        return grad_input1, grad_input2
+
+
+class CosineSimilarityLoss(torch.nn.Module):
+    """The tutorial's loss module, exactly as published: ``mean(1 - sim)``."""
+
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, input1, input2):
+        sim = CosineSimilarityLossFunction.apply(input1, input2)
+        loss = 1 - sim
+        return loss.mean()
+
+
+# --------------------------------------------------------------------------------------------
+# Variants: the tutorial's backward with one thing changed at a time.
+# --------------------------------------------------------------------------------------------
+
+
+def _tutorial_variant(name: str, *, fix_sign: bool, fix_norm: bool, doc: str) -> type[torch.autograd.Function]:
+    """The tutorial's Function in its own legacy style, taking ``dim`` and ``eps`` through to the
+    forward, with the sign and/or the normalisation fixed. Everything else, including the
+    backward's reduction over ``dim=-1``, stays as published."""
+
+    class Variant(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, input1, input2, dim=1, eps=1e-8):
+            cos_sim = torch.nn.functional.cosine_similarity(input1, input2, dim=dim, eps=eps)
+            ctx.save_for_backward(input1, input2)
+            ctx.eps = eps
+            return cos_sim
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            input1, input2 = ctx.saved_tensors
+            grad_input1 = grad_input2 = None
+            sign = 1.0 if fix_sign else -1.0
+
+            def one_side(a, b):
+                # tutorial: project g·b off a, with a and b as given (right only for unit norms)
+                if fix_norm:
+                    norm_a = a.norm(dim=-1, keepdim=True).clamp_min(ctx.eps)
+                    norm_b = b.norm(dim=-1, keepdim=True).clamp_min(ctx.eps)
+                    a, b = a / norm_a, b / norm_b
+                cosine_loss_grad = grad_output.unsqueeze(-1) * b
+                cosine_loss_grad = cosine_loss_grad - torch.sum(a * cosine_loss_grad, dim=-1, keepdim=True) * a
+                # fixed normalisation: the projection of the unit vectors, divided by ‖a‖
+                return sign * (cosine_loss_grad / norm_a if fix_norm else cosine_loss_grad)
+
+            if ctx.needs_input_grad[0]:
+                grad_input1 = one_side(input1, input2)
+            if ctx.needs_input_grad[1]:
+                grad_input2 = one_side(input2, input1)
+            return grad_input1, grad_input2, None, None
+
+    Variant.__name__ = Variant.__qualname__ = name
+    Variant.__doc__ = doc
+    return Variant
+
+
+TutorialFunction = _tutorial_variant(
+    "TutorialFunction",
+    fix_sign=False,
+    fix_norm=False,
+    doc="The tutorial's Function with ``dim`` and ``eps`` passed to its forward; its backward is "
+    "unchanged (both bugs, and the reduction over dim=-1). Equals the specimen at dim=1, eps=1e-8.",
+)
+SignFixedFunction = _tutorial_variant(
+    "SignFixedFunction",
+    fix_sign=True,
+    fix_norm=False,
+    doc="The tutorial with only the sign corrected: right for unit-norm inputs, wrong in size otherwise.",
+)
+NormFixedFunction = _tutorial_variant(
+    "NormFixedFunction",
+    fix_sign=False,
+    fix_norm=True,
+    doc="The tutorial with only the normalisation added: exactly minus the true gradient everywhere.",
+)
+SignAndNormFixedFunction = _tutorial_variant(
+    "SignAndNormFixedFunction",
+    fix_sign=True,
+    fix_norm=True,
+    doc="The tutorial with both fixes: right on 2-D inputs, still reducing over dim=-1 in backward, "
+    "so wrong (or failing) on 3-D inputs with dim=1.",
+)
+
+
+# --------------------------------------------------------------------------------------------
+# The corrected Function.
+# --------------------------------------------------------------------------------------------
+
+
+def _aligned(x1: Tensor, x2: Tensor, dim: int) -> tuple[Tensor, Tensor, int]:
+    """x1 and x2 broadcast against each other (views, no copies; the reduced dim included, as
+    ``F.cosine_similarity`` does), and ``dim`` made non-negative in the broadcast shape."""
+    x1, x2 = torch.broadcast_tensors(x1, x2)
+    ndim = x1.dim()
+    if not -ndim <= dim < max(ndim, 1):
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-ndim}, {ndim - 1}], but got {dim})")
+    return x1, x2, dim % max(ndim, 1)
+
+
+def _norms(x: Tensor, dim: int, eps: float) -> tuple[Tensor, Tensor]:
+    """‖x‖ along dim (kept), and the same clamped below by eps."""
+    norm = torch.linalg.vector_norm(x, dim=dim, keepdim=True)
+    return norm, norm.clamp_min(eps)
+
+
+def _weighted_partials(x1: Tensor, x2: Tensor, y: Tensor, weight: Tensor, dim: int, eps: float):
+    """weight · ∂y/∂x1 and weight · ∂y/∂x2 in the broadcast shape (None where not asked for).
+
+    ∂y/∂x1 = x2/(c1 c2) − y·x1/(c1 n1), and symmetrically; at n1 = 0 the second term is 0,
+    as PyTorch's norm backward makes it.
+    """
+    n1, c1 = _norms(x1, dim, eps)
+    n2, c2 = _norms(x2, dim, eps)
+    w = weight.unsqueeze(dim) if weight.dim() else weight
+    y = y.unsqueeze(dim)
+    # where(n > 0, n, 1): a zero row has y = 0, so its second term is 0 instead of 0/0
+    safe_n1 = torch.where(n1 > 0, n1, torch.ones_like(n1))
+    safe_n2 = torch.where(n2 > 0, n2, torch.ones_like(n2))
+    w12 = w / (c1 * c2)
+    # w/(c1 c2) · (x2 − y·(c2/n1)·x1): out of place, so that vmap and double backward work
+    d1 = torch.addcmul(x2, x1, y * c2 / safe_n1, value=-1) * w12
+    d2 = torch.addcmul(x1, x2, y * c1 / safe_n2, value=-1) * w12
+    return d1, d2
+
+
+class CosineSimilarityFunction(torch.autograd.Function):
+    """Cosine similarity with a hand-written, correct backward.
+
+    Same semantics as ``torch.nn.functional.cosine_similarity(x1, x2, dim, eps)``: broadcasting,
+    any dim, each norm clamped by eps separately. Backward is built from differentiable ops
+    (double backward works); ``jvp`` gives forward-mode AD; ``generate_vmap_rule`` gives vmap.
+    """
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x1, x2, dim=1, eps=1e-8):
+        a1, a2, d = _aligned(x1, x2, dim)
+        # y = x1·x2 / (max(‖x1‖,eps) max(‖x2‖,eps)); no normalised copies of the inputs are made
+        dot = torch.linalg.vecdot(a1, a2, dim=d)
+        _, c1 = _norms(a1, d, eps)
+        _, c2 = _norms(a2, d, eps)
+        return dot / (c1 * c2).squeeze(d)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x1, x2, dim, eps = inputs
+        ctx.save_for_backward(x1, x2, output)
+        ctx.save_for_forward(x1, x2, output)
+        ctx.dim, ctx.eps = dim, eps
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x1, x2, y = ctx.saved_tensors
+        a1, a2, d = _aligned(x1, x2, ctx.dim)
+        # ∇x1 = g·(x2/(c1 c2) − y·x1/(c1 n1)), summed back over broadcast dims
+        d1, d2 = _weighted_partials(a1, a2, y, grad_output, d, ctx.eps)
+        grad1 = d1.sum_to_size(x1.shape) if ctx.needs_input_grad[0] else None
+        grad2 = d2.sum_to_size(x2.shape) if ctx.needs_input_grad[1] else None
+        return grad1, grad2, None, None
+
+    @staticmethod
+    def jvp(ctx, t1, t2, _dim_tangent, _eps_tangent):
+        x1, x2, y = ctx.saved_tensors
+        a1, a2, d = _aligned(x1, x2, ctx.dim)
+        # ẏ = Σ (∂y/∂x1 · ẋ1 + ∂y/∂x2 · ẋ2) along dim
+        d1, d2 = _weighted_partials(a1, a2, y, torch.ones((), dtype=y.dtype, device=y.device), d, ctx.eps)
+        out = torch.zeros_like(y)
+        for partial, tangent in ((d1, t1), (d2, t2)):
+            if tangent is not None:
+                out = out + (partial * tangent).sum(d)
+        return out
+
+
+# --------------------------------------------------------------------------------------------
+# One entry point for every formula, and the family.
+# --------------------------------------------------------------------------------------------
+
+FORMULAS: dict[str, type[torch.autograd.Function]] = {
+    "tutorial": TutorialFunction,
+    "sign-fixed": SignFixedFunction,
+    "norm-fixed": NormFixedFunction,
+    "sign+norm-fixed": SignAndNormFixedFunction,
+    "corrected": CosineSimilarityFunction,
+}
+
+
+def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8, *, formula: str = "corrected") -> Tensor:
+    """Cosine similarity along ``dim`` computed by the named formula (see ``FORMULAS``)."""
+    try:
+        function = FORMULAS[formula]
+    except KeyError:
+        raise ValueError(f"unknown formula {formula!r}; choose one of: {', '.join(FORMULAS)}") from None
+    return function.apply(x1, x2, dim, eps)
+
+
+class CosineSimilarityFormulaLoss(torch.nn.Module):
+    """The tutorial's loss, ``mean(1 - sim)``, with the similarity computed by any formula."""
+
+    def __init__(self, formula: str = "corrected", dim: int = 1, eps: float = 1e-8):
+        super().__init__()
+        if formula not in FORMULAS:
+            raise ValueError(f"unknown formula {formula!r}; choose one of: {', '.join(FORMULAS)}")
+        self.formula, self.dim, self.eps = formula, dim, eps
+
+    def forward(self, input1: Tensor, input2: Tensor) -> Tensor:
+        return cosine_loss(cosine_similarity(input1, input2, self.dim, self.eps, formula=self.formula))
+
+
+def cosine_reference(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
+    """Ground truth: PyTorch's own function, differentiated by autograd."""
+    return F.cosine_similarity(x1, x2, dim=dim, eps=eps)
+
+
+def cosine_loss(similarity: Tensor) -> Tensor:
+    """The tutorial's loss: ``mean(1 - sim)``."""
+    return (1 - similarity).mean()
+
+
+def build_inputs(
+    shape: tuple[int, ...],
+    *,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float64,
+    device: str | torch.device = "cpu",
+    broadcast: bool = False,
+    dim: int = 1,
+) -> tuple[Tensor, Tensor]:
+    """Two standard-normal inputs of ``shape``; with ``broadcast``, x2 has size 1 on every dim
+    but ``dim`` (one vector compared against every slice of x1)."""
+    generator = torch.Generator().manual_seed(seed)
+    x1 = torch.randn(shape, generator=generator, dtype=torch.float64)
+    shape2 = tuple(n if i == dim % len(shape) else 1 for i, n in enumerate(shape)) if broadcast else shape
+    x2 = torch.randn(shape2, generator=generator, dtype=torch.float64)
+    # drawn in float64 on the CPU, then cast: the same seed gives the same numbers everywhere
+    return x1.to(device=device, dtype=dtype), x2.to(device=device, dtype=dtype)
+
+
+FAMILY = register(
+    Family(
+        name="cosine",
+        title="Cosine similarity",
+        description="The tutorial's custom cosine-similarity loss: y = x1·x2 / (‖x1‖‖x2‖) along dim, "
+        "loss = mean(1 − y).",
+        input_names=("x1", "x2"),
+        reference=cosine_reference,
+        formulas={
+            "tutorial": Formula(
+                "tutorial",
+                TutorialFunction.apply,
+                "As published: sign flipped, normalisation missing, backward reduces over dim=-1.",
+                r"\nabla_{x_1} = -\,g\,\big(x_2 - (x_1\cdot x_2)\,x_1\big)",
+                correct=False,
+            ),
+            "sign-fixed": Formula(
+                "sign-fixed",
+                SignFixedFunction.apply,
+                "Sign corrected only: right for unit-norm inputs, wrong in size otherwise.",
+                r"\nabla_{x_1} = g\,\big(x_2 - (x_1\cdot x_2)\,x_1\big)",
+                correct=False,
+            ),
+            "norm-fixed": Formula(
+                "norm-fixed",
+                NormFixedFunction.apply,
+                "Normalisation added only: exactly minus the true gradient.",
+                r"\nabla_{x_1} = -\,\frac{g}{\lVert x_1\rVert}\big(\hat x_2 - (\hat x_1\cdot\hat x_2)\,\hat x_1\big)",
+                correct=False,
+            ),
+            "sign+norm-fixed": Formula(
+                "sign+norm-fixed",
+                SignAndNormFixedFunction.apply,
+                "Both fixed, tutorial style: right for 2-D inputs, still reduces over dim=-1.",
+                r"\nabla_{x_1} = \frac{g}{\lVert x_1\rVert}\big(\hat x_2 - (\hat x_1\cdot\hat x_2)\,\hat x_1\big)",
+                correct=False,
+            ),
+            "corrected": Formula(
+                "corrected",
+                CosineSimilarityFunction.apply,
+                "Correct for every shape, dim, broadcast and eps; double backward, jvp and vmap.",
+                r"\nabla_{x_1} = g\,\Big(\frac{x_2}{c_1 c_2} - \frac{y\,x_1}{c_1\,\lVert x_1\rVert}\Big),"
+                r"\quad c_i = \max(\lVert x_i\rVert, \varepsilon)",
+                correct=True,
+            ),
+        },
+        build_inputs=build_inputs,
+        loss=cosine_loss,
+        params={"dim": 1, "eps": 1e-8},
+        forward_latex=r"y = \frac{x_1\cdot x_2}{\max(\lVert x_1\rVert,\varepsilon)\,\max(\lVert x_2\rVert,\varepsilon)}",
+        gradient_latex=r"\frac{\partial y}{\partial x_1} = \frac{x_2}{c_1 c_2} - \frac{y\,x_1}{c_1\,\lVert x_1\rVert}",
+    )
+)

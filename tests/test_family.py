@@ -1,0 +1,43 @@
+"""The family registry: families are found by name, and an unknown name says what is known."""
+
+import pytest
+import torch
+
+from lib.family import Family, Formula, families, get_family, register
+
+
+def test_cosine_is_a_builtin_family():
+    assert "cosine" in families()
+    assert get_family("cosine").input_names == ("x1", "x2")
+
+
+def test_unknown_family_and_formula_name_what_exists():
+    with pytest.raises(KeyError, match="no family named 'nope'.*cosine"):
+        get_family("nope")
+    with pytest.raises(KeyError, match="has no formula 'nope'.*corrected"):
+        get_family("cosine").formula("nope")
+
+
+def test_registering_a_family_makes_it_available_and_run_merges_params():
+    double = Formula("double", lambda x, scale=1.0: 2 * x * scale, "doubles", r"2", correct=True)
+    family = Family(
+        name="test-double",
+        title="Doubling",
+        description="y = 2x",
+        input_names=("x",),
+        reference=lambda x, scale=1.0: 2 * x * scale,
+        formulas={"double": double},
+        build_inputs=lambda shape, **_: (torch.ones(shape, dtype=torch.float64),),
+        loss=torch.sum,
+        params={"scale": 3.0},
+    )
+    register(family)
+    try:
+        assert get_family("test-double") is family
+        (x,) = family.build_inputs((2,))
+        assert family.run("double", (x,)).tolist() == [6.0, 6.0]
+        assert family.run(None, (x,), scale=0.5).tolist() == [1.0, 1.0]
+    finally:
+        from lib import family as module
+
+        module._REGISTRY.pop("test-double")
