@@ -162,13 +162,19 @@ SignAndNormFixedFunction = _tutorial_variant(
 
 
 def _aligned(x1: Tensor, x2: Tensor, dim: int) -> tuple[Tensor, Tensor, int]:
-    """x1 and x2 broadcast against each other (views, no copies; the reduced dim included, as
-    ``F.cosine_similarity`` does), and ``dim`` made non-negative in the broadcast shape."""
-    x1, x2 = torch.broadcast_tensors(x1, x2)
-    ndim = x1.dim()
+    """x1 and x2 with the same number of dims and the same size along ``dim`` (views, no copies),
+    and ``dim`` made non-negative, as ``F.cosine_similarity`` reads them. Other dims are left to
+    broadcast in the arithmetic, so each norm is taken over its own input only."""
+    ndim = max(x1.dim(), x2.dim())
     if not -ndim <= dim < max(ndim, 1):
         raise IndexError(f"Dimension out of range (expected to be in range of [{-ndim}, {ndim - 1}], but got {dim})")
-    return x1, x2, dim % max(ndim, 1)
+    d = dim % max(ndim, 1)
+    x1 = x1.reshape((1,) * (ndim - x1.dim()) + tuple(x1.shape))
+    x2 = x2.reshape((1,) * (ndim - x2.dim()) + tuple(x2.shape))
+    # PyTorch broadcasts the reduced dim too: a size-1 side is repeated along it
+    n = max(x1.shape[d], x2.shape[d])
+    along = lambda x: x.expand(*x.shape[:d], n, *x.shape[d + 1 :])  # noqa: E731
+    return along(x1), along(x2), d
 
 
 def _norms(x: Tensor, dim: int, eps: float) -> tuple[Tensor, Tensor]:
@@ -299,10 +305,13 @@ def build_inputs(
     device: str | torch.device = "cpu",
     broadcast: bool = False,
     dim: int = 1,
+    **_params,
 ) -> tuple[Tensor, Tensor]:
     """Two standard-normal inputs of ``shape``; with ``broadcast``, x2 has size 1 on every dim
     but ``dim`` (one vector compared against every slice of x1)."""
     generator = torch.Generator().manual_seed(seed)
+    if not -len(shape) <= dim < len(shape):
+        raise IndexError(f"dim {dim} is out of range for a {len(shape)}-D shape {tuple(shape)}")
     x1 = torch.randn(shape, generator=generator, dtype=torch.float64)
     shape2 = tuple(n if i == dim % len(shape) else 1 for i, n in enumerate(shape)) if broadcast else shape
     x2 = torch.randn(shape2, generator=generator, dtype=torch.float64)

@@ -1,0 +1,60 @@
+"""The Case: every setting of one view, frozen and hashable.
+
+It is what caches key on and what a shared link carries, and it builds the view's inputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from lib.devices import resolve_device
+from lib.errors import LabError
+from lib.family import Family, get_family
+
+Tensor = torch.Tensor
+DTYPES = {"float64": torch.float64, "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class Case:
+    family: str = "cosine"
+    formulas: tuple[str, ...] = ("tutorial", "corrected")
+    shape: tuple[int, ...] = (8, 16)
+    dtype: str = "float64"
+    device: str = "cpu"
+    seed: int = 0
+    broadcast: bool = False  # the second input has size 1 off the reduced dim
+    params: tuple[tuple[str, float | int], ...] = field(default_factory=tuple)  # family params (dim, eps, ...)
+    step: float | None = None  # finite-difference step; None: the dtype's default
+    atol: float | None = None
+    rtol: float | None = None
+
+    def get_family(self) -> Family:
+        try:
+            return get_family(self.family)
+        except KeyError as error:
+            raise LabError(str(error.args[0])) from None
+
+    def param_values(self) -> dict[str, float | int]:
+        return {**self.get_family().params, **dict(self.params)}
+
+    def torch_dtype(self) -> torch.dtype:
+        try:
+            return DTYPES[self.dtype]
+        except KeyError:
+            raise LabError(f"Unknown dtype {self.dtype!r}; choose one of: {', '.join(DTYPES)}.") from None
+
+    def inputs(self) -> tuple[Tensor, ...]:
+        """The family's inputs for this case, on its device and in its dtype."""
+        if not self.shape or any(n < 1 for n in self.shape):
+            raise LabError(f"Shape {self.shape} is impossible: every size must be at least 1.")
+        device = resolve_device(self.device)
+        family = self.get_family()
+        try:
+            return family.build_inputs(
+                self.shape, seed=self.seed, dtype=self.torch_dtype(), device=device, broadcast=self.broadcast, **self.param_values()
+            )
+        except (IndexError, ValueError, RuntimeError) as error:
+            raise LabError(f"Cannot build inputs of shape {self.shape} for {family.title}: {error}") from None

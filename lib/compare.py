@@ -1,0 +1,370 @@
+"""The comparison engine: a formula's analytic gradient against autograd and finite differences,
+element by element.
+
+For one family and formula on given inputs it computes, per input, the analytic gradient (the
+formula's own backward), the reference gradient (autograd through the family's reference) and the
+numerical gradient (central differences of the formula's forward, see ``lib.numerical``), all for
+the same upstream gradient; then signed and relative error maps, the worst elements, the cosine
+between analytic and reference gradients, a gradcheck-compatible verdict, Jacobians for small
+inputs, and a finite-difference step sweep. Results are plain numpy data; nothing here names a
+family.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from lib.family import Family
+from lib.tolerances import Tolerances, default_tolerances
+from lib.numerical import DEFAULT_BUDGET_BYTES, DifferencePlan, numerical_gradient, numerical_jacobian, plan_differences
+
+Tensor = torch.Tensor
+SOURCES = ("analytic", "reference", "numerical")
+PAIRS = (("analytic", "reference"), ("analytic", "numerical"), ("reference", "numerical"))
+DEFAULT_JACOBIAN_LIMIT = 64 * 64  # entries of one input's Jacobian worth drawing as a heatmap
+
+
+# ---- tolerances and verdicts ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Verdict:
+    passed: bool
+    summary: str  # one sentence a user can act on
+
+
+# ---- per-element results ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NonFinite:
+    """Where a tensor holds NaN or ±Inf."""
+
+    nan: int
+    inf: int
+    first: tuple[tuple[int, ...], ...]  # up to 10 indices
+
+    @property
+    def count(self) -> int:
+        return self.nan + self.inf
+
+    def describe(self, name: str) -> str:
+        where = ", ".join(f"{name}[{', '.join(map(str, i))}]" for i in self.first)
+        more = "…" if self.count > len(self.first) else ""
+        return f"{self.nan} NaN and {self.inf} Inf in {name}, at {where}{more}"
+
+
+def non_finite(values: np.ndarray) -> NonFinite:
+    nan, inf = np.isnan(values), np.isinf(values)
+    first = tuple(tuple(int(i) for i in index) for index in np.argwhere(nan | inf)[:10])
+    return NonFinite(int(nan.sum()), int(inf.sum()), first)
+
+
+@dataclass(frozen=True)
+class ErrorMap:
+    """a − b element by element, for one pair of gradient sources on one input."""
+
+    pair: tuple[str, str]
+    signed: np.ndarray
+    relative: np.ndarray  # |a − b| / max(|b|, floor); the floor keeps zeros of b from dividing
+    max_abs: float
+    mean_abs: float
+    max_rel: float
+    worst: tuple[int, ...] | None  # index of the largest finite |a − b|
+
+    @property
+    def absolute(self) -> np.ndarray:
+        return np.abs(self.signed)
+
+
+def error_map(pair: tuple[str, str], a: np.ndarray, b: np.ndarray) -> ErrorMap:
+    signed = a - b
+    absolute = np.abs(signed)
+    finite = np.isfinite(absolute)
+    floor = max(float(np.abs(b[np.isfinite(b)]).max(initial=0.0)) * 1e-12, np.finfo(np.float64).tiny)
+    relative = absolute / np.maximum(np.abs(b), floor)
+    if not finite.any():
+        return ErrorMap(pair, signed, relative, math.nan, math.nan, math.nan, None)
+    masked = np.where(finite, absolute, -1.0)
+    worst = tuple(int(i) for i in np.unravel_index(int(np.argmax(masked)), a.shape))
+    return ErrorMap(
+        pair,
+        signed,
+        relative,
+        float(absolute[finite].max()),
+        float(absolute[finite].mean()),
+        float(np.nanmax(np.where(np.isfinite(relative), relative, np.nan))) if np.isfinite(relative).any() else math.nan,
+        worst,
+    )
+
+
+@dataclass(frozen=True)
+class InputComparison:
+    """The three gradients of one input, and their differences."""
+
+    name: str
+    gradients: dict[str, np.ndarray]  # source -> gradient, float64, shaped like the input
+    errors: dict[tuple[str, str], ErrorMap]
+    non_finite: dict[str, NonFinite]  # "input" and each source
+    plan: DifferencePlan
+    jacobians: dict[str, np.ndarray] | None = None  # source -> (output elements, input elements)
+
+    def worst(self, pair: tuple[str, str] = ("analytic", "reference")) -> tuple[tuple[int, ...] | None, dict[str, float]]:
+        """The worst element of ``pair``'s error map and the three gradients' values there."""
+        index = self.errors[pair].worst
+        if index is None:
+            return None, {}
+        return index, {source: float(self.gradients[source][index]) for source in SOURCES}
+
+
+@dataclass(frozen=True)
+class GradientReport:
+    family: str
+    formula: str
+    dtype: str
+    device: str
+    tolerances: Tolerances
+    loss: float
+    forward_max_error: float  # |formula output − reference output|, max
+    inputs: tuple[InputComparison, ...]
+    cosine: float  # between analytic and reference gradients, all inputs together; −1: flipped
+    verdict: Verdict
+    evaluations: int  # forward evaluations spent on finite differences
+    failure: str | None = None  # the formula's own exception, if its forward or backward raised
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def input(self, name: str) -> InputComparison:
+        return next(c for c in self.inputs if c.name == name)
+
+
+# ---- the engine ------------------------------------------------------------------------------------
+
+
+def _numpy(t: Tensor | None, like: Tensor) -> np.ndarray:
+    if t is None:  # autograd's None: this input does not affect the output
+        return np.zeros(tuple(like.shape))
+    return t.detach().to(device="cpu", dtype=torch.float64).numpy()
+
+
+def _gradients(function: Callable[..., Tensor], inputs: Sequence[Tensor], upstream: Tensor) -> list[np.ndarray]:
+    xs = [x.detach().requires_grad_() for x in inputs]
+    with torch.enable_grad():
+        y = function(*xs)
+        grads = torch.autograd.grad(y, xs, upstream.to(dtype=y.dtype), allow_unused=True)
+    return [_numpy(g, x) for g, x in zip(grads, xs)]
+
+
+def _jacobian(function: Callable[..., Tensor], inputs: Sequence[Tensor], index: int) -> np.ndarray:
+    """Row by row through the function's backward (small inputs only)."""
+    xs = [x.detach().requires_grad_(i == index) for i, x in enumerate(inputs)]
+    with torch.enable_grad():
+        y = function(*xs)
+        rows = []
+        for k in range(y.numel()):
+            e = torch.zeros(y.numel(), dtype=y.dtype, device=y.device)
+            e[k] = 1
+            (row,) = torch.autograd.grad(y, xs[index], e.reshape(y.shape), retain_graph=True, allow_unused=True)
+            rows.append(_numpy(row, xs[index]).reshape(-1))
+    return np.stack(rows) if rows else np.zeros((0, xs[index].numel()))
+
+
+def upstream_gradient(loss: Callable[[Tensor], Tensor], output: Tensor) -> Tensor:
+    """d loss / d output at ``output``, by autograd through the loss alone."""
+    y = output.detach().requires_grad_()
+    with torch.enable_grad():
+        (v,) = torch.autograd.grad(loss(y), y)
+    return v
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    finite = np.isfinite(a) & np.isfinite(b)
+    na, nb = np.linalg.norm(a[finite]), np.linalg.norm(b[finite])
+    return float(a[finite] @ b[finite] / (na * nb)) if na > 0 and nb > 0 else math.nan
+
+
+def _verdict(comparisons: Sequence[InputComparison], tolerances: Tolerances, failure: str | None, has_reference: bool) -> Verdict:
+    if failure:
+        return Verdict(False, f"fails: the formula raised {failure}")
+    for pair in (("analytic", "numerical"), ("analytic", "reference")) if has_reference else (("analytic", "numerical"),):
+        for c in comparisons:
+            a, b = c.gradients[pair[0]], c.gradients[pair[1]]
+            if not np.isfinite(a).all() and np.isfinite(b).all():
+                return Verdict(False, f"fails: the {pair[0]} gradient is not finite: {c.non_finite[pair[0]].describe(c.name)}")
+            excess = np.abs(a - b) - (tolerances.atol + tolerances.rtol * np.abs(b))
+            excess = np.where(np.isnan(a) & np.isnan(b), -1.0, excess)  # NaN on both sides agrees
+            if (excess > 0).any() or np.isnan(excess).any():
+                index = np.unravel_index(int(np.nanargmax(np.where(np.isnan(excess), np.inf, excess))), a.shape)
+                at = f"{c.name}[{', '.join(map(str, index))}]"
+                return Verdict(
+                    False,
+                    f"fails: {pair[0]} differs from {pair[1]} at {at}: {a[index]:.6g} vs {b[index]:.6g} "
+                    f"(allowed {tolerances.atol:g} + {tolerances.rtol:g}·|{pair[1]}|)",
+                )
+    against = "finite differences and autograd" if has_reference else "finite differences"
+    return Verdict(True, f"passes: agrees with {against} within atol {tolerances.atol:g}, rtol {tolerances.rtol:g}")
+
+
+def _structure_key(family: Family, params: dict) -> tuple:
+    # the reference's Jacobian structure depends on the family, its params and the input shapes
+    return (family.name, id(family), tuple(sorted((k, repr(v)) for k, v in params.items())))
+
+
+def compare_gradients(
+    family: Family,
+    formula: str,
+    inputs: Sequence[Tensor],
+    *,
+    params: dict | None = None,
+    grad_output: Tensor | None = None,
+    step: float | None = None,
+    atol: float | None = None,
+    rtol: float | None = None,
+    jacobian_limit: int = DEFAULT_JACOBIAN_LIMIT,
+    budget_bytes: int = DEFAULT_BUDGET_BYTES,
+) -> GradientReport:
+    """Analytic vs reference vs numerical gradients of ``formula`` on ``inputs``.
+
+    The upstream gradient is ``grad_output`` if given, else that of the family's loss at the
+    reference's output. The formula raising in forward or backward is reported, not raised.
+    """
+    params = {**family.params, **(params or {})}
+    inputs = tuple(x.detach() for x in inputs)
+    dtype = inputs[0].dtype
+    tolerances = default_tolerances(dtype, step=step, atol=atol, rtol=rtol)
+    run = lambda *xs: family.run(formula, xs, **params)  # noqa: E731
+    reference = (lambda *xs: family.run(None, xs, **params)) if family.reference is not None else None
+
+    with torch.no_grad():
+        reference_output = reference(*inputs) if reference else None
+    failure, formula_output = None, None
+    try:
+        with torch.no_grad():
+            formula_output = run(*inputs)
+    except Exception as error:  # noqa: BLE001 - the formula under test may be broken
+        failure = f"in forward: {type(error).__name__}: {error}"
+    output = reference_output if reference_output is not None else formula_output
+    if output is None:
+        raise ValueError(f"the formula {formula!r} failed and the family has no reference: {failure}")
+    upstream = grad_output if grad_output is not None else upstream_gradient(family.loss, output)
+    loss = float(family.loss(output))
+
+    zeros = [np.full(tuple(x.shape), np.nan) for x in inputs]
+    analytic, numerical, plans = zeros, zeros, [DifferencePlan(i, x.numel(), output.numel(), None, None, None, "not run") for i, x in enumerate(inputs)]
+    if failure is None:
+        try:
+            analytic = _gradients(run, inputs, upstream)
+        except Exception as error:  # noqa: BLE001
+            failure = f"in backward: {type(error).__name__}: {error}"
+        plans = plan_differences(run, reference, inputs, tolerances.step, budget_bytes=budget_bytes, structure_key=_structure_key(family, params))
+        numerical = [numerical_gradient(run, inputs, p, upstream, tolerances.step, budget_bytes) for p in plans]
+    referenced = _gradients(reference, inputs, upstream) if reference else numerical
+
+    comparisons = []
+    for i, (name, x) in enumerate(zip(family.input_names, inputs)):
+        grads = {"analytic": analytic[i], "reference": referenced[i], "numerical": numerical[i]}
+        jacobians = None
+        if failure is None and x.numel() * output.numel() <= jacobian_limit:
+            jacobians = {
+                "analytic": _jacobian(run, inputs, i),
+                "reference": _jacobian(reference, inputs, i) if reference else numerical_jacobian(run, inputs, plans[i], tolerances.step),
+                "numerical": numerical_jacobian(run, inputs, plans[i], tolerances.step, budget_bytes),
+            }
+        comparisons.append(
+            InputComparison(
+                name=name,
+                gradients=grads,
+                errors={pair: error_map(pair, grads[pair[0]], grads[pair[1]]) for pair in PAIRS},
+                non_finite={"input": non_finite(_numpy(x, x)), **{s: non_finite(g) for s, g in grads.items()}},
+                plan=plans[i],
+                jacobians=jacobians,
+            )
+        )
+
+    forward_error = math.nan
+    if formula_output is not None and reference_output is not None:
+        forward_error = float((formula_output.double() - reference_output.double()).abs().nan_to_num(math.inf).max()) if output.numel() else 0.0
+    notes = tuple(c.non_finite["input"].describe(c.name) for c in comparisons if c.non_finite["input"].count)
+    return GradientReport(
+        family=family.name,
+        formula=formula,
+        dtype=str(dtype).removeprefix("torch."),
+        device=str(inputs[0].device),
+        tolerances=tolerances,
+        loss=loss,
+        forward_max_error=forward_error,
+        inputs=tuple(comparisons),
+        cosine=_cosine(np.concatenate([a.ravel() for a in analytic]), np.concatenate([r.ravel() for r in referenced])),
+        verdict=_verdict(comparisons, tolerances, failure, reference is not None),
+        evaluations=sum(p.evaluations for p in plans) if failure is None else 0,
+        failure=failure,
+        notes=notes,
+    )
+
+
+# ---- finite-difference step sweep -------------------------------------------------------------------
+
+DEFAULT_STEPS = tuple(10.0**-k for k in np.arange(1, 12.5, 0.5))  # 1e-1 … 1e-12
+
+
+@dataclass(frozen=True)
+class StepSweep:
+    """Max |numerical − reference| over all inputs, for each step and dtype."""
+
+    steps: tuple[float, ...]
+    errors: dict[str, tuple[float, ...]]  # dtype name -> error per step
+
+    def best_step(self, dtype: str) -> float:
+        errors = np.array(self.errors[dtype])
+        return self.steps[int(np.nanargmin(np.where(np.isfinite(errors), errors, np.nan)))]
+
+
+def step_sweep(
+    family: Family,
+    formula: str,
+    inputs: Sequence[Tensor],
+    *,
+    params: dict | None = None,
+    steps: Sequence[float] = DEFAULT_STEPS,
+    dtypes: Sequence[torch.dtype] = (torch.float32, torch.float64),
+    budget_bytes: int = DEFAULT_BUDGET_BYTES,
+) -> StepSweep:
+    """Where truncation error (large h) gives way to rounding error (small h), per dtype.
+
+    Truth is the reference's gradient in float64 (the numerical one, if there is no reference);
+    the colouring is planned once per dtype at its default step and reused for every h."""
+    params = {**family.params, **(params or {})}
+    run = lambda *xs: family.run(formula, xs, **params)  # noqa: E731
+    reference = (lambda *xs: family.run(None, xs, **params)) if family.reference is not None else None
+    exact = tuple(x.detach().double() for x in inputs)
+    with torch.no_grad():
+        output = (reference or run)(*exact)
+    upstream = upstream_gradient(family.loss, output)
+    if reference:
+        truth = _gradients(reference, exact, upstream)
+    else:
+        plans = plan_differences(run, None, exact, 1e-6, budget_bytes=budget_bytes)
+        truth = [numerical_gradient(run, exact, p, upstream, 1e-6, budget_bytes) for p in plans]
+    errors: dict[str, tuple[float, ...]] = {}
+    for dtype in dtypes:
+        xs = tuple(x.to(dtype) for x in exact)
+        plans = plan_differences(run, reference, xs, default_tolerances(dtype).step, budget_bytes=budget_bytes, structure_key=_structure_key(family, params))
+        per_step = []
+        for h in steps:
+            with np.errstate(all="ignore"):
+                estimate = [numerical_gradient(run, xs, p, upstream.to(dtype), h, budget_bytes) for p in plans]
+                per_step.append(float(max(np.nanmax(np.abs(e - t)) if np.isfinite(e).any() else math.inf for e, t in zip(estimate, truth))))
+        errors[str(dtype).removeprefix("torch.")] = tuple(per_step)
+    return StepSweep(tuple(float(h) for h in steps), errors)
+
+
+def compare_case(case, formula: str, **options) -> GradientReport:
+    """``compare_gradients`` on a Case's family, inputs, params and tolerances."""
+    return compare_gradients(
+        case.get_family(), formula, case.inputs(), params=case.param_values(),
+        step=case.step, atol=case.atol, rtol=case.rtol, **options,
+    )

@@ -1,0 +1,298 @@
+"""Numerical differentiation: central finite differences, batched and compressed by colouring.
+
+One perturbation per input element costs a forward call per element, O(n²) in all. Most
+Functions have a sparse Jacobian (an output row depends on a few input elements), so this module
+discovers the pattern without knowing the Function (from the Jacobian of its reference, at the
+given point and at a jittered one), colours the columns so that elements which never meet in an
+output share a colour (Curtis–Powell–Reid), and perturbs a whole colour at once. A random
+directional derivative checks the compressed result; when it disagrees, or when there is no
+reference, every element gets its own perturbation. Perturbed copies are evaluated with
+``torch.func.vmap`` where the Function supports it, in chunks that fit a memory budget.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Callable, Hashable, Iterator, Sequence
+
+import numpy as np
+import torch
+
+Tensor = torch.Tensor
+DEFAULT_BUDGET_BYTES = 256 * 2**20
+
+
+@dataclass(frozen=True)
+class DifferencePlan:
+    """How one input is perturbed: by colour groups (``colors`` per element) or one by one."""
+
+    input_index: int
+    n_inputs: int  # elements of this input (columns of its Jacobian)
+    n_outputs: int  # elements of the output (rows)
+    colors: np.ndarray | None  # colour of each element; None: one perturbation per element
+    rows: np.ndarray | None  # the Jacobian's sparsity pattern (row, col), when colouring
+    cols: np.ndarray | None
+    source: str  # in words: where the structure came from, or why there is none
+    step: float = 0.0
+    values: np.ndarray | None = None  # the Jacobian on the pattern at ``step``, found while checking
+
+    @property
+    def n_groups(self) -> int:
+        return int(self.colors.max()) + 1 if self.colors is not None and self.colors.size else self.n_inputs
+
+    @property
+    def evaluations(self) -> int:
+        """Forward evaluations of the function: two per group (central differences), and two for
+        the random-direction check of a compressed plan."""
+        return 2 * self.n_groups + (2 if self.colors is not None else 0)
+
+
+# ---- the one primitive: differences along a batch of directions ----------------------------------
+
+
+def _chunk_size(input_elements: int, output_elements: int, itemsize: int, budget_bytes: int) -> int:
+    # a perturbed copy, its output and the seed row, with slack for the function's temporaries
+    per_direction = (4 * input_elements + 2 * output_elements) * itemsize
+    return max(1, budget_bytes // max(per_direction, 1))
+
+
+def _evaluate_batch(function: Callable[..., Tensor], inputs: Sequence[Tensor], index: int, batch: Tensor) -> Tensor:
+    """``function`` on each perturbed copy of input ``index`` in ``batch``; vmap where supported."""
+
+    def at(x: Tensor) -> Tensor:
+        return function(*inputs[:index], x, *inputs[index + 1 :])
+
+    try:
+        return torch.func.vmap(at)(batch)
+    except Exception:  # noqa: BLE001 - a Function without a vmap rule: one call per direction
+        return torch.stack([at(x) for x in batch])
+
+
+def _difference(function, inputs, index: int, plus: Tensor, minus: Tensor, step: float) -> Tensor:
+    """(f(plus) − f(minus)) / 2h over a batch of perturbed copies, flattened to (k, outputs)."""
+    with torch.no_grad():
+        high = _evaluate_batch(function, inputs, index, plus)
+        low = _evaluate_batch(function, inputs, index, minus)
+    return ((high - low) / (2 * step)).reshape(plus.shape[0], -1)
+
+
+def along_direction(function, inputs, index: int, direction: Tensor, step: float) -> Tensor:
+    """The central difference along one direction of input ``index``: (outputs,)."""
+    x = inputs[index]
+    d = step * direction.to(x)
+    return _difference(function, inputs, index, (x + d)[None], (x - d)[None], step)[0]
+
+
+def group_differences(function, inputs, plan: DifferencePlan, step: float, chunk: int) -> Iterator[tuple[int, Tensor]]:
+    """For each chunk of perturbation groups (colours, or single elements): the first group and
+    (f(x + h·e_g) − f(x − h·e_g)) / 2h per group g, as (k, outputs)."""
+    x = inputs[plan.input_index]
+    n = plan.n_inputs
+    group = torch.from_numpy(plan.colors) if plan.colors is not None else torch.arange(n)
+    order = torch.argsort(group, stable=True)  # elements sorted by group: a chunk is a slice
+    bounds = torch.searchsorted(group[order], torch.arange(0, plan.n_groups + chunk, chunk).clamp(max=plan.n_groups))
+    flat = x.reshape(1, n)
+    for i, start in enumerate(range(0, plan.n_groups, chunk)):
+        k = min(chunk, plan.n_groups - start)
+        elements = order[bounds[i] : bounds[i + 1]].to(x.device)
+        rows = (group[order[bounds[i] : bounds[i + 1]]] - start).to(x.device)
+        # one copy per group, then ±h written at that group's elements: two passes over the batch
+        plus, minus = flat.repeat(k, 1), flat.repeat(k, 1)
+        plus[rows, elements] += step
+        minus[rows, elements] -= step
+        yield start, _difference(function, inputs, plan.input_index, plus.reshape(k, *x.shape), minus.reshape(k, *x.shape), step)
+
+
+# ---- discovering structure -------------------------------------------------------------------------
+
+
+def jacobian_rows(function: Callable[..., Tensor], inputs: Sequence[Tensor], budget_bytes: int) -> Iterator[tuple[int, list[Tensor]]]:
+    """Rows of d output / d input, for every input at once, by autograd in chunks:
+    (first row, [(k, elements of input i) for each input])."""
+    xs = [x.detach().requires_grad_() for x in inputs]
+    with torch.enable_grad():
+        y = function(*xs)
+    m, n = y.numel(), sum(x.numel() for x in xs)
+    chunk = _chunk_size(n, m, 8, budget_bytes)
+    for start in range(0, m, chunk):
+        k = min(chunk, m - start)
+        basis = torch.zeros(k, m, dtype=y.dtype, device=y.device)
+        basis[torch.arange(k), torch.arange(start, start + k)] = 1.0
+        basis = basis.reshape(k, *y.shape)
+        try:
+            rows = torch.autograd.grad(y, xs, basis, retain_graph=True, is_grads_batched=True, allow_unused=True)
+        except Exception:  # noqa: BLE001 - a backward without a vmap rule: one row at a time
+            per_row = [torch.autograd.grad(y, xs, e, retain_graph=True, allow_unused=True) for e in basis]
+            rows = [None if r[0] is None else torch.stack(r) for r in zip(*per_row)]
+        # None: the output does not depend on that input at all
+        yield start, [
+            torch.zeros(k, x.numel(), dtype=y.dtype, device=y.device) if r is None else r.reshape(k, x.numel())
+            for r, x in zip(rows, xs)
+        ]
+
+
+def jacobian_patterns(reference: Callable[..., Tensor], inputs: Sequence[Tensor], budget_bytes: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """For each input, (row, col) of every entry of the reference's Jacobian that is not 0.
+
+    Read at a jittered point, so that a zero holding only at this point (a zero row, say) is not
+    taken for structure. NaN counts as an entry."""
+    generator = torch.Generator().manual_seed(0)
+    jittered = [
+        x.detach() + 1e-3 * (x.detach().abs().mean() + 1) * torch.randn(x.shape, generator=generator, dtype=torch.float64).to(x)
+        for x in inputs
+    ]
+    found: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in inputs]
+    for start, per_input in jacobian_rows(reference, jittered, budget_bytes):
+        for entries, rows in zip(found, per_input):
+            r, c = torch.nonzero(rows != 0, as_tuple=True)
+            entries.append(((r + start).cpu().numpy(), c.cpu().numpy()))
+    return [(np.concatenate([r for r, _ in e]), np.concatenate([c for _, c in e])) for e in found]
+
+
+def color_columns(rows: np.ndarray, cols: np.ndarray, n_cols: int) -> np.ndarray:
+    """A colour per column such that no two columns sharing a row share a colour.
+
+    Columns in at most one row (every row-wise reduction) take their position within that row:
+    optimal, and vectorised. Otherwise greedy first-fit over the column intersection graph.
+    """
+    colors = np.zeros(n_cols, dtype=np.int64)
+    if rows.size == 0:
+        return colors
+    per_col = np.bincount(cols, minlength=n_cols)
+    if per_col.max() <= 1:
+        order = np.lexsort((cols, rows))
+        r_sorted = rows[order]
+        starts = np.searchsorted(r_sorted, r_sorted, side="left")
+        colors[cols[order]] = np.arange(len(order)) - starts
+        return colors
+    cols_of_row: dict[int, list[int]] = {}
+    rows_of_col: dict[int, list[int]] = {}
+    for r, c in zip(rows.tolist(), cols.tolist()):
+        cols_of_row.setdefault(r, []).append(c)
+        rows_of_col.setdefault(c, []).append(r)
+    colors[:] = -1
+    for c in range(n_cols):
+        taken = {colors[o] for r in rows_of_col.get(c, ()) for o in cols_of_row[r] if colors[o] >= 0}
+        color = 0
+        while color in taken:
+            color += 1
+        colors[c] = color
+    return colors
+
+
+def plan_differences(
+    function: Callable[..., Tensor],
+    reference: Callable[..., Tensor] | None,
+    inputs: Sequence[Tensor],
+    step: float,
+    *,
+    budget_bytes: int = DEFAULT_BUDGET_BYTES,
+    structure_key: Hashable | None = None,
+) -> list[DifferencePlan]:
+    """Choose, for each input, how to perturb it: colour groups from the reference's Jacobian
+    pattern, checked along a random direction, or one element at a time.
+
+    ``structure_key`` names the reference and its settings; with it, the pattern and colouring
+    found for these input shapes are kept and reused (the structure does not depend on the
+    values), so only the random-direction check is paid again."""
+    with torch.no_grad():
+        m = function(*inputs).numel()
+    dense = lambda i, why: DifferencePlan(i, inputs[i].numel(), m, None, None, None, why)  # noqa: E731
+    if reference is None:
+        return [dense(i, "one perturbation per element: no reference to read the Jacobian's structure from") for i in range(len(inputs))]
+    try:
+        structures = _structures(reference, inputs, budget_bytes, structure_key)
+    except Exception as error:  # noqa: BLE001
+        why = f"one perturbation per element: the reference's Jacobian failed ({type(error).__name__}: {error})"
+        return [dense(i, why) for i in range(len(inputs))]
+    plans = []
+    for i, (rows, cols, colors) in enumerate(structures):
+        plan, why = _checked_plan(function, inputs, i, rows, cols, colors, m, step, budget_bytes)
+        plans.append(plan or dense(i, f"one perturbation per element: {why}"))
+    return plans
+
+
+_STRUCTURES: OrderedDict[Hashable, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = OrderedDict()
+_STRUCTURES_KEPT = 32
+
+
+def _structures(reference, inputs, budget_bytes: int, key: Hashable | None) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """(rows, cols, colours) per input, from the cache when ``key`` has been seen for these shapes."""
+    full_key = None if key is None else (key, tuple((tuple(x.shape), x.dtype, str(x.device)) for x in inputs))
+    if full_key is not None and full_key in _STRUCTURES:
+        _STRUCTURES.move_to_end(full_key)
+        return _STRUCTURES[full_key]
+    found = [(rows, cols, color_columns(rows, cols, x.numel())) for (rows, cols), x in zip(jacobian_patterns(reference, inputs, budget_bytes), inputs)]
+    if full_key is not None:
+        _STRUCTURES[full_key] = found
+        while len(_STRUCTURES) > _STRUCTURES_KEPT:
+            _STRUCTURES.popitem(last=False)
+    return found
+
+
+def _checked_plan(function, inputs, index, rows, cols, colors, m, step, budget_bytes) -> tuple[DifferencePlan | None, str]:
+    """A colouring plan whose Jacobian reproduces a random directional difference, or (None, why not)."""
+    n = inputs[index].numel()
+    plan = DifferencePlan(index, n, m, colors, rows, cols, "")
+    if plan.n_groups >= n:
+        return None, "the Jacobian is dense"
+    generator = torch.Generator().manual_seed(1)
+    direction = torch.randn(inputs[index].shape, generator=generator, dtype=torch.float64)
+    along = along_direction(function, inputs, index, direction, step).double().cpu().numpy()
+    values = jacobian_values(function, inputs, plan, step, budget_bytes)
+    predicted = np.bincount(rows, weights=values * direction.reshape(-1).numpy()[cols], minlength=m)
+    finite = np.isfinite(along) & np.isfinite(predicted)
+    scale = max(np.abs(along[finite]).max(initial=0.0), np.abs(predicted[finite]).max(initial=0.0), 1e-30)
+    tolerance = 1e-4 if inputs[index].dtype == torch.float64 else 5e-2
+    if np.any(finite != np.isfinite(along)) or np.abs(along - predicted)[finite].max(initial=0.0) > tolerance * scale:
+        return None, "the compressed differences disagreed with a random direction"
+    source = f"{plan.n_groups} colour groups for {n} elements, from the reference's Jacobian pattern"
+    return DifferencePlan(index, n, m, colors, rows, cols, source, step, values), ""
+
+
+# ---- what the plan gives ---------------------------------------------------------------------------
+
+
+def _blocks(function, inputs, plan: DifferencePlan, step: float, budget_bytes: int) -> Iterator[tuple[int, np.ndarray]]:
+    x = inputs[plan.input_index]
+    chunk = _chunk_size(plan.n_inputs, plan.n_outputs, x.element_size(), budget_bytes)
+    for first, block in group_differences(function, inputs, plan, step, chunk):
+        yield first, block.double().cpu().numpy()
+
+
+def jacobian_values(function, inputs, plan: DifferencePlan, step: float, budget_bytes: int = DEFAULT_BUDGET_BYTES) -> np.ndarray:
+    """The numerical Jacobian's entries on the plan's pattern (compressed plans only): entry
+    (r, c) is row r of its colour's difference."""
+    if plan.values is not None and step == plan.step:
+        return plan.values
+    values = np.zeros(plan.rows.size)
+    color_of_entry = plan.colors[plan.cols]
+    for first, block in _blocks(function, inputs, plan, step, budget_bytes):
+        entries = np.nonzero((color_of_entry >= first) & (color_of_entry < first + block.shape[0]))[0]
+        values[entries] = block[color_of_entry[entries] - first, plan.rows[entries]]
+    return values
+
+
+def numerical_jacobian(function, inputs, plan: DifferencePlan, step: float, budget_bytes: int = DEFAULT_BUDGET_BYTES) -> np.ndarray:
+    """The full numerical Jacobian, (output elements, input elements), for small inputs."""
+    jacobian = np.zeros((plan.n_outputs, plan.n_inputs))
+    if plan.colors is not None:
+        jacobian[plan.rows, plan.cols] = jacobian_values(function, inputs, plan, step, budget_bytes)
+        return jacobian
+    for first, block in _blocks(function, inputs, plan, step, budget_bytes):
+        jacobian[:, first : first + block.shape[0]] = block.T
+    return jacobian
+
+
+def numerical_gradient(
+    function, inputs, plan: DifferencePlan, upstream: Tensor, step: float, budget_bytes: int = DEFAULT_BUDGET_BYTES
+) -> np.ndarray:
+    """Jᵀ·upstream for input ``plan.input_index``, in float64, shaped like the input."""
+    v = upstream.detach().double().cpu().reshape(-1).numpy()
+    if plan.colors is not None:
+        values = jacobian_values(function, inputs, plan, step, budget_bytes)
+        gradient = np.bincount(plan.cols, weights=values * v[plan.rows], minlength=plan.n_inputs)
+    else:  # one group per element, in order: each block's rows are Jacobian columns
+        gradient = np.concatenate([block @ v for _, block in _blocks(function, inputs, plan, step, budget_bytes)])
+    return gradient.reshape(tuple(inputs[plan.input_index].shape))

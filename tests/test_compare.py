@@ -1,0 +1,174 @@
+"""The comparison engine: known answers, a broken toy found at its worst element, NaN reported."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from lib.case import Case
+from lib.compare import PAIRS, compare_case, compare_gradients, default_tolerances, step_sweep
+from lib.family import get_family
+from tests.toys import broken_square_family, dense_family, reaching_family
+
+F64 = torch.float64
+COSINE = get_family("cosine")
+
+
+def unit_rows(xs):
+    return tuple(x / x.norm(dim=1, keepdim=True) for x in xs)
+
+
+def test_corrected_agrees_with_reference_and_finite_differences():
+    report = compare_gradients(COSINE, "corrected", COSINE.build_inputs((16, 32), seed=3))
+    assert report.verdict.passed, report.verdict.summary
+    for c in report.inputs:
+        assert c.errors[("analytic", "reference")].max_abs <= 1e-10
+        assert c.errors[("analytic", "numerical")].max_abs <= 1e-7
+        assert c.plan.colors is not None
+    assert report.cosine == pytest.approx(1.0, abs=1e-12)
+    assert report.forward_max_error <= 1e-15
+    assert report.evaluations == 2 * (2 * 32 + 2)
+    assert report.loss == pytest.approx(float((1 - torch.nn.functional.cosine_similarity(*COSINE.build_inputs((16, 32), seed=3))).mean()))
+
+
+def test_tutorial_is_exactly_flipped_on_unit_norm_inputs():
+    report = compare_gradients(COSINE, "tutorial", unit_rows(COSINE.build_inputs((8, 5), seed=1)))
+    assert report.cosine == pytest.approx(-1.0, abs=1e-12)
+    assert not report.verdict.passed
+    assert "analytic differs from numerical" in report.verdict.summary
+    c = report.input("x1")
+    np.testing.assert_allclose(c.gradients["analytic"], -c.gradients["reference"], atol=1e-14)
+    index, values = c.worst()
+    assert values["analytic"] == pytest.approx(-values["reference"])
+    assert values["numerical"] == pytest.approx(values["reference"], abs=1e-8)
+
+
+def test_sign_fixed_tutorial_is_right_at_unit_norm_and_wrong_elsewhere():
+    assert compare_gradients(COSINE, "sign-fixed", unit_rows(COSINE.build_inputs((8, 5)))).verdict.passed
+    off = compare_gradients(COSINE, "sign-fixed", COSINE.build_inputs((8, 5)))
+    assert not off.verdict.passed and 0 < off.cosine < 0.99
+
+
+def test_broken_toy_is_flagged_at_its_broken_element():
+    family = broken_square_family()
+    report = compare_gradients(family, "broken", family.build_inputs((4, 5)))
+    assert not report.verdict.passed
+    assert "x[1, 2]" in report.verdict.summary  # flat index 7 of a 4x5 input
+    c = report.input("x")
+    for pair in (("analytic", "reference"), ("analytic", "numerical")):
+        assert c.errors[pair].worst == (1, 2)
+        assert c.errors[pair].max_abs == pytest.approx(1.0, abs=1e-6)
+    assert c.errors[("reference", "numerical")].max_abs < 1e-8
+    signed = c.errors[("analytic", "reference")].signed
+    assert np.count_nonzero(np.abs(signed) > 1e-8) == 1
+
+
+def test_dense_jacobian_gets_correct_maps_without_colouring():
+    family = dense_family()
+    report = compare_gradients(family, "scaled", family.build_inputs((3, 4)))
+    assert report.verdict.passed, report.verdict.summary
+    c = report.input("x")
+    assert c.plan.colors is None and "dense" in c.plan.source
+    assert report.evaluations == 2 * 12
+    assert c.errors[("analytic", "numerical")].max_abs < 1e-8
+    assert set(c.jacobians) == {"analytic", "reference", "numerical"}
+    np.testing.assert_allclose(c.jacobians["numerical"], c.jacobians["analytic"], atol=1e-8)
+
+
+def test_family_without_reference_uses_finite_differences_as_reference():
+    family = dense_family(with_reference=False)
+    report = compare_gradients(family, "scaled", family.build_inputs((3, 4)))
+    assert report.verdict.passed
+    c = report.input("x")
+    np.testing.assert_array_equal(c.gradients["reference"], c.gradients["numerical"])
+    assert "finite differences" in report.verdict.summary and "autograd" not in report.verdict.summary
+
+
+def test_forward_reaching_beyond_the_reference_pattern_still_gives_right_numbers():
+    family = reaching_family()
+    report = compare_gradients(family, "reaching", family.build_inputs((3, 4)))
+    c = report.input("x")
+    assert "disagreed" in c.plan.source
+    assert c.errors[("analytic", "numerical")].max_abs < 1e-8
+    assert report.forward_max_error > 0.01  # its forward is not the reference's
+
+
+def test_error_maps_and_relative_errors():
+    report = compare_gradients(COSINE, "tutorial", COSINE.build_inputs((4, 6)))
+    c = report.input("x2")
+    assert set(c.errors) == set(PAIRS)
+    m = c.errors[("analytic", "reference")]
+    np.testing.assert_array_equal(m.signed, c.gradients["analytic"] - c.gradients["reference"])
+    assert m.max_abs == pytest.approx(np.abs(m.signed).max())
+    assert m.max_rel >= m.relative[m.worst] > 0
+    assert np.isfinite(m.relative).all()
+
+
+def test_jacobians_only_for_small_inputs():
+    small = compare_gradients(COSINE, "corrected", COSINE.build_inputs((3, 4)))
+    jac = small.input("x1").jacobians
+    assert jac["reference"].shape == (3, 12)
+    np.testing.assert_allclose(jac["analytic"], jac["reference"], atol=1e-12)
+    np.testing.assert_allclose(jac["numerical"], jac["reference"], atol=1e-8)
+    big = compare_gradients(COSINE, "corrected", COSINE.build_inputs((3, 4)), jacobian_limit=35)
+    assert big.input("x1").jacobians is None
+
+
+def test_explicit_grad_output_is_used_for_all_three():
+    xs = COSINE.build_inputs((5, 3))
+    v = torch.arange(5, dtype=F64)
+    report = compare_gradients(COSINE, "corrected", xs, grad_output=v)
+    a, b = (x.clone().requires_grad_() for x in xs)
+    (want,) = torch.autograd.grad(torch.nn.functional.cosine_similarity(a, b), a, v)
+    np.testing.assert_allclose(report.input("x1").gradients["numerical"], want.numpy(), atol=1e-9)
+    np.testing.assert_allclose(report.input("x1").gradients["analytic"], want.numpy(), atol=1e-14)
+
+
+def test_tolerances_have_per_dtype_defaults_and_can_be_overridden():
+    assert default_tolerances(F64).atol == 1e-5 and default_tolerances(F64).step == 1e-6
+    assert default_tolerances(torch.float32).step == 1e-3
+    assert default_tolerances(F64, atol=0.5, step=None).atol == 0.5
+    xs = COSINE.build_inputs((6, 4), dtype=torch.float32)
+    report = compare_gradients(COSINE, "corrected", xs)
+    assert report.dtype == "float32" and report.verdict.passed, report.verdict.summary
+    loose = compare_gradients(COSINE, "tutorial", COSINE.build_inputs((6, 4)), atol=100.0)
+    assert loose.verdict.passed and loose.tolerances.atol == 100.0
+
+
+def test_formula_raising_in_backward_is_reported_not_raised():
+    report = compare_gradients(COSINE, "tutorial", COSINE.build_inputs((2, 3, 4)))
+    assert report.failure.startswith("in backward: RuntimeError")
+    assert not report.verdict.passed and "raised" in report.verdict.summary
+    assert np.isnan(report.input("x1").gradients["analytic"]).all()
+    assert np.isfinite(report.input("x1").gradients["reference"]).all()
+
+
+def test_nan_in_inputs_is_reported_with_where():
+    x1, x2 = COSINE.build_inputs((4, 5))
+    x1[2, 3] = math.nan
+    x2[0, 1] = math.inf
+    report = compare_gradients(COSINE, "corrected", (x1, x2))
+    c1, c2 = report.input("x1"), report.input("x2")
+    assert c1.non_finite["input"].nan == 1 and c1.non_finite["input"].first == ((2, 3),)
+    assert c2.non_finite["input"].inf == 1
+    assert any("x1[2, 3]" in note for note in report.notes)
+    assert c1.non_finite["analytic"].nan >= 5  # the whole row
+    assert np.isfinite(c1.gradients["analytic"][1]).all()  # other rows still compared
+    assert c1.errors[("analytic", "reference")].worst is not None
+
+
+def test_step_sweep_has_its_float64_minimum_between_1e_4_and_1e_8():
+    sweep = step_sweep(COSINE, "corrected", COSINE.build_inputs((6, 8)))
+    assert sweep.steps[0] == pytest.approx(1e-1) and sweep.steps[-1] == pytest.approx(1e-12)
+    assert 1e-8 <= sweep.best_step("float64") <= 1e-4
+    assert 1e-5 <= sweep.best_step("float32") <= 1e-1
+    f64 = np.array(sweep.errors["float64"])
+    assert f64[0] > 100 * f64.min() and f64[-1] > 100 * f64.min()  # truncation, then rounding
+    assert min(sweep.errors["float32"]) > min(sweep.errors["float64"])
+
+
+def test_compare_case_uses_the_case_settings():
+    case = Case(shape=(3, 4, 5), params=(("dim", 2), ("eps", 1e-8)), seed=2)
+    report = compare_case(case, "corrected")
+    assert report.verdict.passed and report.input("x1").gradients["analytic"].shape == (3, 4, 5)

@@ -1,0 +1,129 @@
+"""Finite differences: colouring is valid and compact, compressed and dense agree, chunks agree."""
+
+import numpy as np
+import pytest
+import torch
+
+from lib.functions.cosine import FORMULAS, cosine_reference
+from lib.numerical import color_columns, jacobian_patterns, numerical_gradient, numerical_jacobian, plan_differences
+from tests.toys import ScaledBySum
+
+F64 = torch.float64
+
+
+def inputs(*shapes, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(s, generator=g, dtype=F64) for s in shapes)
+
+
+def corrected(a, b):
+    return FORMULAS["corrected"].apply(a, b, 1, 1e-8)
+
+
+def tutorial(a, b):
+    return FORMULAS["tutorial"].apply(a, b, 1, 1e-8)
+
+
+def assert_valid_coloring(rows, cols, colors):
+    seen = {}
+    for r, c in zip(rows.tolist(), cols.tolist()):
+        assert seen.setdefault((r, colors[c]), c) == c, f"columns share row {r} and colour {colors[c]}"
+
+
+def test_row_wise_pattern_takes_as_many_colours_as_the_longest_row():
+    rows, cols = jacobian_patterns(cosine_reference, inputs((6, 9), (6, 9)), 2**20)[0]
+    assert rows.size == 6 * 9  # each row of x1 meets only its own output
+    colors = color_columns(rows, cols, 54)
+    assert colors.max() + 1 == 9
+    assert_valid_coloring(rows, cols, colors)
+
+
+def test_banded_pattern_gets_a_valid_greedy_colouring():
+    n = 40  # tridiagonal: column j meets rows j-1, j, j+1
+    rows = np.array([r for j in range(n) for r in (j - 1, j, j + 1) if 0 <= r < n])
+    cols = np.array([j for j in range(n) for r in (j - 1, j, j + 1) if 0 <= r < n])
+    colors = color_columns(rows, cols, n)
+    assert_valid_coloring(rows, cols, colors)
+    assert colors.max() + 1 == 3
+
+
+def test_compressed_differences_equal_the_true_gradient_with_few_evaluations():
+    xs = inputs((16, 32), (16, 32))
+    upstream = torch.randn(16, dtype=F64)
+    plans = plan_differences(corrected, cosine_reference, xs, 1e-6)
+    a, b = (x.clone().requires_grad_() for x in xs)
+    truth = torch.autograd.grad(torch.nn.functional.cosine_similarity(a, b), (a, b), upstream)
+    for plan, want in zip(plans, truth):
+        assert plan.colors is not None and plan.n_groups == 32
+        assert plan.evaluations == 2 * 32 + 2  # not 2 per element (1024)
+        got = numerical_gradient(corrected, xs, plan, upstream, 1e-6)
+        np.testing.assert_allclose(got, want.numpy(), atol=1e-9)
+
+
+def test_function_without_vmap_rule_and_small_budget_give_the_same_gradient():
+    xs = inputs((8, 6), (8, 6))
+    upstream = torch.ones(8, dtype=F64)
+    plans = plan_differences(tutorial, cosine_reference, xs, 1e-6)  # legacy Function: looped
+    tight = plan_differences(tutorial, cosine_reference, xs, 1e-6, budget_bytes=1)  # one direction per chunk
+    for plan, small in zip(plans, tight):
+        np.testing.assert_allclose(
+            numerical_gradient(tutorial, xs, plan, upstream, 1e-6),
+            numerical_gradient(tutorial, xs, small, upstream, 1e-6, budget_bytes=1),
+            atol=1e-12,
+        )
+
+
+def test_dense_jacobian_falls_back_to_one_perturbation_per_element():
+    (x,) = inputs((3, 4))
+    f = lambda x: ScaledBySum.apply(x)  # noqa: E731
+    (plan,) = plan_differences(f, lambda x: x * x.sum(), (x,), 1e-6)
+    assert plan.colors is None and "dense" in plan.source
+    assert plan.evaluations == 2 * 12
+    jac = numerical_jacobian(f, (x,), plan, 1e-6)
+    want = torch.autograd.functional.jacobian(lambda x: x * x.sum(), x).reshape(12, 12).numpy()
+    np.testing.assert_allclose(jac, want, atol=1e-8)
+    upstream = torch.randn(3, 4, dtype=F64)
+    np.testing.assert_allclose(numerical_gradient(f, (x,), plan, upstream, 1e-6), (want.T @ upstream.reshape(-1).numpy()).reshape(3, 4), atol=1e-8)
+
+
+def test_a_reference_that_misses_dependencies_is_caught_by_the_random_direction():
+    (x,) = inputs((4, 6))
+    reaching = lambda x: x * x + 0.5 * torch.roll(x, 1, dims=-1)  # noqa: E731
+    (plan,) = plan_differences(reaching, lambda x: x * x, (x,), 1e-6)
+    assert plan.colors is None and "disagreed" in plan.source
+    jac = numerical_jacobian(reaching, (x,), plan, 1e-6)
+    want = torch.autograd.functional.jacobian(reaching, x).reshape(24, 24).numpy()
+    np.testing.assert_allclose(jac, want, atol=1e-8)
+
+
+def test_no_reference_means_dense():
+    xs = inputs((2, 3), (2, 3))
+    plans = plan_differences(corrected, None, xs, 1e-6)
+    assert all(p.colors is None and "no reference" in p.source for p in plans)
+
+
+@pytest.mark.parametrize("shape, dim", [((3, 4, 5), 1), ((3, 4, 5), -1), ((7,), 0)])
+def test_compressed_jacobian_matches_autograd_for_any_dim(shape, dim):
+    xs = inputs(shape, shape)
+    f = lambda a, b: FORMULAS["corrected"].apply(a, b, dim, 1e-8)  # noqa: E731
+    ref = lambda a, b: torch.nn.functional.cosine_similarity(a, b, dim=dim)  # noqa: E731
+    for plan in plan_differences(f, ref, xs, 1e-6):
+        want = torch.autograd.functional.jacobian(ref, xs)[plan.input_index].reshape(plan.n_outputs, -1).numpy()
+        np.testing.assert_allclose(numerical_jacobian(f, xs, plan, 1e-6), want, atol=1e-8)
+
+
+def test_structure_is_found_once_per_key_and_shape(monkeypatch):
+    import lib.numerical as numerical
+
+    calls = []
+    real = numerical.jacobian_patterns
+    monkeypatch.setattr(numerical, "jacobian_patterns", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(numerical, "_STRUCTURES", numerical.OrderedDict())
+    key = ("cosine-test", 1)
+    first = plan_differences(corrected, cosine_reference, inputs((5, 6), (5, 6), seed=1), 1e-6, structure_key=key)
+    again = plan_differences(corrected, cosine_reference, inputs((5, 6), (5, 6), seed=2), 1e-6, structure_key=key)
+    assert len(calls) == 1
+    np.testing.assert_array_equal(first[0].colors, again[0].colors)
+    plan_differences(corrected, cosine_reference, inputs((5, 7), (5, 7)), 1e-6, structure_key=key)  # new shape
+    plan_differences(corrected, cosine_reference, inputs((5, 6), (5, 6)), 1e-6)  # no key: never cached
+    assert len(calls) == 3
