@@ -241,9 +241,13 @@ def _checked_plan(function, inputs, index, rows, cols, colors, m, step, budget_b
     direction = torch.randn(inputs[index].shape, generator=generator, dtype=torch.float64)
     along = along_direction(function, inputs, index, direction, step).double().cpu().numpy()
     values = jacobian_values(function, inputs, plan, step, budget_bytes)
-    predicted = np.bincount(rows, weights=values * direction.reshape(-1).numpy()[cols], minlength=m)
+    terms = values * direction.reshape(-1).numpy()[cols]
+    predicted = np.bincount(rows, weights=terms, minlength=m)
     finite = np.isfinite(along) & np.isfinite(predicted)
-    scale = max(np.abs(along[finite]).max(initial=0.0), np.abs(predicted[finite]).max(initial=0.0), 1e-30)
+    # scaled by the size of the terms, not of their sum: a direction may be one the output
+    # does not change along (scaling the input of a cosine, say)
+    magnitude = np.bincount(rows, weights=np.abs(terms), minlength=m)
+    scale = max(np.abs(along[finite]).max(initial=0.0), magnitude[finite].max(initial=0.0), 1e-30)
     tolerance = 1e-4 if inputs[index].dtype == torch.float64 else 5e-2
     if np.any(finite != np.isfinite(along)) or np.abs(along - predicted)[finite].max(initial=0.0) > tolerance * scale:
         return None, "the compressed differences disagreed with a random direction"
