@@ -319,6 +319,19 @@ def build_inputs(
     return x1.to(device=device, dtype=dtype), x2.to(device=device, dtype=dtype)
 
 
+def cosine_target(inputs: tuple[Tensor, Tensor], index: int, params) -> Tensor | None:
+    """Where minimising the loss pulls input ``index``: the other input's direction, at this
+    input's norm, slice by slice along dim. None when the other input does not have its shape."""
+    x, other = inputs[index], inputs[1 - index]
+    dim = params.get("dim", 1)
+    try:
+        other = other.expand_as(x)
+        norm = torch.linalg.vector_norm(x, dim=dim, keepdim=True)
+        return other * norm / torch.linalg.vector_norm(other, dim=dim, keepdim=True).clamp_min(1e-30)
+    except (RuntimeError, IndexError):
+        return None
+
+
 FAMILY = register(
     Family(
         name="cosine",
@@ -370,5 +383,6 @@ FAMILY = register(
         params={"dim": 1, "eps": 1e-8},
         forward_latex=r"y = \frac{x_1\cdot x_2}{\max(\lVert x_1\rVert,\varepsilon)\,\max(\lVert x_2\rVert,\varepsilon)}",
         gradient_latex=r"\frac{\partial y}{\partial x_1} = \frac{x_2}{c_1 c_2} - \frac{y\,x_1}{c_1\,\lVert x_1\rVert}",
+        target=cosine_target,
     )
 )

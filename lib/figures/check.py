@@ -1,0 +1,343 @@
+"""Figures and tables of the comparison engine's results (``lib.compare``, ``lib.conformance``).
+
+Pure builders: results in, ``plotly.graph_objects.Figure`` (or plain rows for ``st.dataframe``
+and CSV downloads) out. Nothing here imports streamlit or torch.
+
+Heatmaps draw inputs of any rank: 1-D as one row, 2-D as is, N-D as (dim 0, the rest flattened
+row-major); hovering names the element by its original index, e.g. ``x1[1, 2, 3]``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from lib.compare import SOURCES, GradientReport, InputComparison, StepSweep
+from lib.conformance import Check
+from lib.figures.style import DIVERGING, SEQUENTIAL, base_layout, color_for
+
+Pair = tuple[str, str]
+DEFAULT_PAIR: Pair = ("analytic", "reference")
+STATUS_FILL = {"pass": "#d9f2e3", "fail": "#f8d0c8", "not supported": "#e3e3e3", "skipped": "#f6f6f6"}
+TABLE_MESSAGE_CHARS = 200  # a table cell is no place for gradcheck's printed Jacobians
+BINS_PER_DECADE = 4
+# long legend entries go under the plot, where they cannot run into the left-aligned title
+LEGEND_BELOW = {
+    "legend": {"orientation": "h", "yref": "container", "y": 0.0, "yanchor": "bottom", "x": 0.0, "xanchor": "left"},
+    "margin": {"l": 60, "r": 20, "t": 60, "b": 90},
+}
+VERDICT_COLUMNS = ("formula", "verdict", "max |analytic − reference|", "max |analytic − numerical|", "cosine to reference", "evaluations")
+RELATIVE_FLOOR = 1e-17  # exact matches (relative error 0) are drawn here: below float64's eps
+
+
+# ---- shared helpers ------------------------------------------------------------------------------
+
+
+def _label(name: str, index: Sequence[int]) -> str:
+    return f"{name}[{', '.join(str(int(i)) for i in index)}]" if len(index) else name
+
+
+def _symmetric_limit(*arrays: np.ndarray) -> float:
+    """The largest finite |value| over all arrays: one colour scale for several panels, symmetric so
+    that 0 is the middle (white) colour everywhere and equal colours mean equal values."""
+    limit = max((float(np.abs(a[np.isfinite(a)]).max(initial=0.0)) for a in arrays), default=0.0)
+    return limit if limit > 0 else 1.0  # all zeros: any range draws them white
+
+
+def _grid(values: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray, str, str]:
+    """``values`` as the 2-D grid a heatmap needs, each cell's original index as a label, and the
+    x and y axis titles saying how the grid was made. Non-finite values become NaN: blank cells."""
+    shape = values.shape
+    if values.ndim <= 1:
+        grid, x_title, y_title = values.reshape(1, -1), "element index", "(1-D: one row)"
+    elif values.ndim == 2:
+        grid, x_title, y_title = values, "column (dim 1)", "row (dim 0)"
+    else:
+        rest = "…".join(map(str, (1, values.ndim - 1)))
+        grid, x_title, y_title = values.reshape(shape[0], math.prod(shape[1:])), f"flattened dims {rest} (row-major)", "dim 0"
+    labels = np.array([_label(name, np.unravel_index(i, shape)) for i in range(values.size)], dtype=object)
+    grid = np.where(np.isfinite(grid), grid, np.nan).astype(np.float64)
+    return grid, labels.reshape(grid.shape), x_title, y_title
+
+
+def _panels(title: str, panels: dict[str, tuple[np.ndarray, np.ndarray]], x_title: str, y_title: str, value: str) -> go.Figure:
+    """Heatmaps side by side on one symmetric diverging colour scale with a single colorbar.
+    ``panels``: panel title -> (2-D values, hover label per cell)."""
+    limit = _symmetric_limit(*(z for z, _ in panels.values()))
+    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=list(panels), shared_yaxes=True, horizontal_spacing=0.04)
+    for col, (name, (z, text)) in enumerate(panels.items(), start=1):
+        fig.add_trace(
+            go.Heatmap(
+                z=z, text=text, name=name, zmin=-limit, zmax=limit, colorscale=DIVERGING,
+                showscale=col == len(panels), colorbar={"title": {"text": value}}, hoverongaps=False,
+                hovertemplate=f"%{{text}}<br>{name}: %{{z:.6g}}<extra></extra>",
+            ),
+            row=1, col=col,
+        )  # fmt: skip
+    base_layout(fig, title)
+    fig.update_xaxes(title_text=x_title)
+    fig.update_yaxes(title_text=y_title, row=1, col=1)
+    fig.update_yaxes(autorange="reversed")  # row 0 at the top, as the tensor prints
+    return fig
+
+
+def _blank_note(count: int) -> str:
+    return f" · {count} NaN/Inf cells left blank" if count else ""
+
+
+# ---- gradients and errors ------------------------------------------------------------------------
+
+
+def gradient_heatmaps(comparison: InputComparison, sources: Sequence[str] = SOURCES) -> go.Figure:
+    """The gradients of one input from each of ``sources``, side by side on one colour scale."""
+    grids = {s: _grid(comparison.gradients[s], comparison.name) for s in sources}
+    _, _, x_title, y_title = next(iter(grids.values()))
+    blank = sum(int(np.isnan(z).sum()) for z, *_ in grids.values())
+    shape = tuple(comparison.gradients[sources[0]].shape)
+    title = f"Gradient of the loss w.r.t. {comparison.name} {shape}, by source{_blank_note(blank)}"
+    return _panels(title, {s: (z, text) for s, (z, text, *_) in grids.items()}, x_title, y_title, "d loss / d input")
+
+
+def error_heatmap(comparison: InputComparison, pair: Pair = DEFAULT_PAIR, relative: bool = False) -> go.Figure:
+    """The error map of ``pair`` (one of ``lib.compare.PAIRS``) on one input: signed a − b on a
+    diverging scale centred at 0, or, with ``relative``, log10 of |a − b| / |b| on a sequential
+    scale. The worst element (largest |a − b|, or largest relative error) is marked."""
+    a, b = pair
+    errors = comparison.errors[pair]
+    name = comparison.name
+    if relative:
+        measure = np.where(np.isfinite(errors.relative), errors.relative, np.nan)
+        shown = np.log10(np.maximum(measure, RELATIVE_FLOOR))  # exact matches would be log10(0) = −inf
+        finite = np.isfinite(measure)
+        worst = np.unravel_index(int(np.argmax(np.where(finite, measure, -1.0))), measure.shape) if finite.any() else None
+        z, text, x_title, y_title = _grid(shown, name)
+        raw, *_ = _grid(measure, name)
+        heatmap = go.Heatmap(
+            z=z, text=text, customdata=raw, colorscale=SEQUENTIAL, hoverongaps=False,
+            colorbar={"title": {"text": f"log10 |{a} − {b}| / |{b}|"}},
+            hovertemplate=f"%{{text}}<br>|{a} − {b}| / |{b}|: %{{customdata:.3g}}<br>log10: %{{z:.2f}}<extra></extra>",
+        )  # fmt: skip
+        what, marker_name = f"relative error |{a} − {b}| / |{b}|, log10 colour", "worst relative error"
+        peak = f"max {errors.max_rel:.3g}"
+    else:
+        measure, worst = errors.signed, errors.worst
+        z, text, x_title, y_title = _grid(errors.signed, name)
+        heatmap = go.Heatmap(
+            z=z, text=text, colorscale=DIVERGING, zmid=0.0, hoverongaps=False,
+            colorbar={"title": {"text": f"{a} − {b}"}},
+            hovertemplate=f"%{{text}}<br>{a} − {b}: %{{z:.6g}}<extra></extra>",
+        )  # fmt: skip
+        what, marker_name, peak = f"signed error {a} − {b}", f"worst |{a} − {b}|", f"max |·| {errors.max_abs:.3g}"
+    fig = go.Figure(heatmap)
+    if worst is not None:
+        row, col = np.unravel_index(np.ravel_multi_index(worst, errors.signed.shape), z.shape)
+        label = _label(name, worst)
+        peak += f" at {label}"
+        fig.add_trace(
+            go.Scatter(
+                x=[int(col)], y=[int(row)], mode="markers", name=f"{marker_name}: {label}",
+                marker={"symbol": "square-open", "size": 16, "color": "black", "line": {"width": 3}},
+                hovertemplate=f"{marker_name}<br>{label}: %{{customdata:.6g}}<extra></extra>",
+                customdata=[float(measure[worst])],
+            )
+        )  # fmt: skip
+    blank = int(np.isnan(z).sum())
+    base_layout(fig, f"{name}: {what} ({peak}){_blank_note(blank)}", x_title, y_title, showlegend=True)
+    fig.update_layout(**LEGEND_BELOW)
+    fig.update_yaxes(autorange="reversed")
+    return fig
+
+
+def _decades(lo: float, hi: float) -> list[int]:
+    step = max(1, math.ceil((hi - lo) / 12))  # at most about a dozen tick labels
+    return list(range(math.floor(lo), math.ceil(hi) + 1, step))
+
+
+def error_histogram(report: GradientReport, pair: Pair = DEFAULT_PAIR) -> go.Figure:
+    """How many elements have each size of |a − b|, over all inputs (stacked, one trace per input).
+
+    Bins are log-spaced: the log10 of the nonzero finite errors is binned (``BINS_PER_DECADE`` per
+    decade) and the ticks are labelled as powers of ten. Exact zeros and NaN/Inf cannot sit on a
+    log axis; they are counted in the title."""
+    a, b = pair
+    logs, zeros, blank = {}, 0, 0
+    for c in report.inputs:
+        absolute = np.abs(c.errors[pair].signed).ravel()
+        finite = np.isfinite(absolute)
+        logs[c.name] = np.log10(absolute[finite & (absolute > 0)])
+        zeros += int((absolute[finite] == 0).sum())
+        blank += int((~finite).sum())
+    every = np.concatenate(list(logs.values()) or [np.zeros(0)])
+    lo = math.floor(every.min() * BINS_PER_DECADE) / BINS_PER_DECADE if every.size else -16.0
+    hi = max(math.ceil(every.max() * BINS_PER_DECADE) / BINS_PER_DECADE if every.size else 0.0, lo + 1 / BINS_PER_DECADE)
+    edges = np.linspace(lo, hi, round((hi - lo) * BINS_PER_DECADE) + 1)
+    width = 1 / BINS_PER_DECADE
+    fig = go.Figure()
+    for position, (name, values) in enumerate(logs.items()):
+        counts, _ = np.histogram(values, bins=edges)
+        ranges = [[f"{10**left:.3g}", f"{10**(left + width):.3g}"] for left in edges[:-1]]
+        fig.add_trace(
+            go.Bar(
+                x=edges[:-1] + width / 2, y=counts, width=width, name=name, customdata=ranges,
+                marker={"color": color_for(name, position), "line": {"width": 0.5, "color": "white"}},
+                hovertemplate=f"{name}<br>|{a} − {b}| in [%{{customdata[0]}}, %{{customdata[1]}})<br>elements: %{{y}}<extra></extra>",
+            )
+        )  # fmt: skip
+    notes = [f"{zeros} exact zeros" if zeros else "", f"{blank} NaN/Inf" if blank else ""]
+    note = " and ".join(n for n in notes if n)
+    title = f"{report.formula}: distribution of |{a} − {b}| over all inputs" + (f" ({note} not shown)" if note else "")
+    ticks = _decades(lo, hi)
+    base_layout(fig, title, f"|{a} − {b}| (log scale, {BINS_PER_DECADE} bins per decade)", "count of elements", barmode="stack", bargap=0)
+    fig.update_xaxes(tickvals=ticks, ticktext=[f"10<sup>{t}</sup>" for t in ticks], range=[lo, hi])
+    return fig
+
+
+def jacobian_heatmaps(comparison: InputComparison) -> go.Figure | None:
+    """The analytic, reference and numerical Jacobians d output / d input (rows: output elements,
+    columns: input elements, both flat) on one colour scale; None when the engine did not compute
+    them (the input was above its ``jacobian_limit``)."""
+    if comparison.jacobians is None:
+        return None
+    name = comparison.name
+    shape = comparison.gradients["reference"].shape
+    columns = [_label(name, np.unravel_index(i, shape)) for i in range(int(np.prod(shape, dtype=int)))]
+    panels = {}
+    for source in SOURCES:
+        z = comparison.jacobians[source]
+        text = np.array([[f"∂y[{k}] / ∂{column}" for column in columns] for k in range(z.shape[0])], dtype=object)
+        panels[source] = (np.where(np.isfinite(z), z, np.nan), text.reshape(z.shape))
+    m, n = comparison.jacobians["reference"].shape
+    title = f"Jacobian d output / d {name} ({m} outputs × {n} inputs), by source"
+    return _panels(title, panels, f"input element of {name} (flat, row-major)", "output element (flat)", "∂ output / ∂ input")
+
+
+def step_sweep_figure(sweep: StepSweep) -> go.Figure:
+    """Max |numerical − reference| against the finite-difference step h, log-log, one line per
+    dtype with its best step marked. Large h: truncation error; small h: rounding error."""
+    fig = go.Figure()
+    order = np.argsort(sweep.steps)  # plain increasing h, whatever order the sweep ran in
+    steps = [sweep.steps[i] for i in order]
+    for position, (dtype, errors) in enumerate(sweep.errors.items()):
+        # a log axis has no place for 0 or ±inf: leave a gap there
+        values = [errors[i] if math.isfinite(errors[i]) and errors[i] > 0 else None for i in order]
+        color = color_for(dtype, position)
+        fig.add_trace(
+            go.Scatter(
+                x=steps, y=values, mode="lines+markers", name=dtype, legendgroup=dtype, line={"color": color},
+                hovertemplate=f"{dtype}<br>h = %{{x:.1e}}<br>max |numerical − reference|: %{{y:.3g}}<extra></extra>",
+            )
+        )  # fmt: skip
+        best = sweep.best_step(dtype)
+        fig.add_trace(
+            go.Scatter(
+                x=[best], y=[errors[sweep.steps.index(best)]], mode="markers", name=f"best h for {dtype}: {best:.2g}",
+                legendgroup=dtype, marker={"symbol": "star", "size": 16, "color": color, "line": {"width": 1, "color": "black"}},
+                hovertemplate=f"best step for {dtype}<br>h = %{{x:.1e}}<br>max |numerical − reference|: %{{y:.3g}}<extra></extra>",
+            )
+        )  # fmt: skip
+    base_layout(fig, "Finite-difference step sweep: error against the step h", "finite-difference step h", "max |numerical − reference| over all inputs")
+    fig.update_layout(**LEGEND_BELOW)
+    fig.update_xaxes(type="log", exponentformat="power")
+    fig.update_yaxes(type="log", exponentformat="power")
+    # both ends of the curves are high, so the bottom corners are free for the explanation
+    for x, anchor, text in ((0.0, "left", "← smaller h: rounding error grows"), (1.0, "right", "larger h: truncation error grows →")):
+        fig.add_annotation(
+            text=text, xref="paper", yref="paper", x=x, y=0.0, xanchor=anchor, yanchor="bottom",
+            showarrow=False, font={"size": 12, "color": "#555"},
+        )  # fmt: skip
+    return fig
+
+
+# ---- tables and plain rows -----------------------------------------------------------------------
+
+
+def _cell(message: str) -> str:
+    """One line of at most ``TABLE_MESSAGE_CHARS``; < and > escaped, since plotly reads tags in text."""
+    message = " ".join(message.split())
+    if len(message) > TABLE_MESSAGE_CHARS:
+        message = message[: TABLE_MESSAGE_CHARS - 1] + "…"
+    return message.replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _table(title: str, header: list[str], columns: list[list], fills: list[str], widths: list[float]) -> go.Figure:
+    fig = go.Figure(
+        go.Table(
+            columnwidth=widths,
+            header={"values": [f"<b>{h}</b>" for h in header], "fill_color": "#f0f0f0", "align": "left"},
+            cells={"values": columns, "fill_color": [fills] * len(columns), "align": "left", "height": 26},
+        )
+    )
+    lines = sum(1 + len(str(v)) // 90 for v in columns[-1])  # wrapped lines of the widest column
+    return base_layout(fig, title, height=110 + 22 * lines + 8 * len(fills))
+
+
+def conformance_table(checks: list[Check]) -> go.Figure:
+    """PyTorch's checks (``lib.conformance``) as a table, one row per check, coloured by status."""
+    counts = Counter(c.status for c in checks)
+    summary = ", ".join(f"{n} {status}" for status, n in counts.items())
+    columns = [[c.name for c in checks], [c.status for c in checks], [f"{1000 * c.seconds:.1f}" for c in checks], [_cell(c.message) for c in checks]]
+    fills = [STATUS_FILL.get(c.status, "white") for c in checks]
+    return _table(f"Conformance: {summary or 'no checks'}", ["check", "status", "time (ms)", "message"], columns, fills, [2.2, 1.3, 1, 7])
+
+
+def _max_over_inputs(report: GradientReport, pair: Pair) -> float:
+    values = [c.errors[pair].max_abs for c in report.inputs if math.isfinite(c.errors[pair].max_abs)]
+    return max(values) if values else math.nan  # NaN: no finite element, e.g. the formula raised
+
+
+def verdict_rows(reports: list[GradientReport]) -> list[dict]:
+    """One plain row per report (formula), unrounded: what ``verdict_table`` shows, for downloads."""
+    return [
+        dict(zip(VERDICT_COLUMNS, (
+            r.formula,
+            "pass" if r.verdict.passed else "fail",
+            _max_over_inputs(r, ("analytic", "reference")),
+            _max_over_inputs(r, ("analytic", "numerical")),
+            r.cosine,
+            r.evaluations,
+        )))  # fmt: skip
+        for r in reports
+    ]
+
+
+def _number(value: float, spec: str) -> str:
+    return format(value, spec) if math.isfinite(value) else "—"
+
+
+def verdict_table(reports: list[GradientReport]) -> go.Figure:
+    """Each formula's verdict and headline numbers, one row per report, coloured by pass/fail."""
+    rows = verdict_rows(reports)
+    specs = dict(zip(VERDICT_COLUMNS[2:5], (".3g", ".3g", ".3f")))
+    columns = [[_number(row[k], specs[k]) if k in specs else str(row[k]) for row in rows] for k in VERDICT_COLUMNS]
+    fills = [STATUS_FILL[row["verdict"]] for row in rows]
+    passed = sum(row["verdict"] == "pass" for row in rows)
+    family = f"{reports[0].family}, {reports[0].dtype}: " if reports else ""
+    header = [*VERDICT_COLUMNS[:-1], "forward evaluations"]
+    return _table(f"Verdicts ({family}{passed} of {len(rows)} formulas pass)", header, columns, fills, [2, 1, 2, 2, 1.5, 1.5])
+
+
+def worst_elements(comparison: InputComparison, pair: Pair = DEFAULT_PAIR, k: int = 10) -> list[dict]:
+    """The ``k`` elements with the largest finite |a − b| for ``pair``, largest first, with the
+    three gradients there. NaN/Inf elements are left out (``comparison.non_finite`` lists them)."""
+    errors = comparison.errors[pair]
+    absolute = np.abs(errors.signed).ravel()
+    finite = np.flatnonzero(np.isfinite(absolute))
+    order = finite[np.argsort(-absolute[finite], kind="stable")][:k]
+    shape = errors.signed.shape
+    rows = []
+    for flat in order:
+        index = np.unravel_index(int(flat), shape)
+        rows.append(
+            {
+                "index": _label(comparison.name, index),
+                **{source: float(comparison.gradients[source][index]) for source in SOURCES},
+                "abs error": float(absolute[flat]),
+                "rel error": float(errors.relative[index]),
+            }
+        )
+    return rows

@@ -1,0 +1,146 @@
+"""Optimizer trajectories: where SGD, momentum or Adam end up when driven by each formula's gradient.
+
+Every formula starts from the same point and takes the same optimizer for N steps; the gradient
+it follows is its own backward, while the loss, and the gradient it should have followed, come
+from the family's reference. Paths are projected onto a ``Plane`` and onto the top two principal
+components of all the paths together.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from lib.errors import LabError
+from lib.family import Family
+from lib.landscape import Plane, loss_gradient
+
+Tensor = torch.Tensor
+
+OPTIMIZERS: dict[str, Callable[[list[Tensor], float], torch.optim.Optimizer]] = {
+    "SGD": lambda params, lr: torch.optim.SGD(params, lr=lr),
+    "SGD + momentum": lambda params, lr: torch.optim.SGD(params, lr=lr, momentum=0.9),
+    "Adam": lambda params, lr: torch.optim.Adam(params, lr=lr),
+}
+MAX_STEPS = 2000
+DIVERGENCE_GROWTH = 1e12  # a run whose input norm grows this much is called diverged and stopped
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """One formula's run: values per step (NaN after a divergence)."""
+
+    formula: str
+    loss: np.ndarray  # (steps + 1,): the reference loss at each position
+    gradient_cosine: np.ndarray  # (steps,): cosine between the followed and the true gradient
+    gradient_norm: np.ndarray  # (steps,): norm of the followed gradient
+    plane_path: np.ndarray  # (steps + 1, 2): positions on the plane
+    diverged_at: int | None  # first step whose loss or gradient is not finite
+    problem: str | None = None  # the formula's own exception, if it raised
+
+    @property
+    def loss_change(self) -> float:
+        finite = self.loss[np.isfinite(self.loss)]
+        return float(finite[-1] - finite[0]) if finite.size else math.nan
+
+
+@dataclass(frozen=True)
+class TrajectorySet:
+    optimizer: str
+    learning_rate: float
+    steps: int
+    runs: dict[str, Trajectory]
+    pca_paths: dict[str, np.ndarray]  # formula -> (steps + 1, 2) on the top two principal components
+    explained_variance: tuple[float, float]  # fraction of the paths' variance on PC1, PC2
+    plane_labels: tuple[str, str]
+
+
+def _cosine(a: Tensor, b: Tensor) -> float:
+    na, nb = a.norm(), b.norm()
+    return float((a * b).sum() / (na * nb)) if na > 0 and nb > 0 else math.nan
+
+
+def _run(family, inputs, params, index, formula, optimizer, lr, steps, plane) -> tuple[Trajectory, np.ndarray]:
+    x = inputs[index].detach().clone().requires_grad_()
+    opt = OPTIMIZERS[optimizer]([x], lr)
+    truth_formula = None if family.reference is not None else formula
+    losses, cosines, norms = np.full(steps + 1, np.nan), np.full(steps, np.nan), np.full(steps, np.nan)
+    positions = np.full((steps + 1, x.numel()), np.nan)
+    diverged, problem = None, None
+    blow_up = DIVERGENCE_GROWTH * (float(x.detach().norm()) + 1.0)  # far past any useful loss value
+
+    def current() -> tuple[Tensor, ...]:
+        return (*inputs[:index], x, *inputs[index + 1 :])
+
+    for step in range(steps + 1):
+        positions[step] = x.detach().double().reshape(-1).cpu().numpy()
+        with torch.no_grad():
+            losses[step] = float(family.loss(family.run(truth_formula, current(), **params)))
+        if step == steps:
+            break
+        try:
+            followed = loss_gradient(family, current(), params, index, formula)
+        except Exception as error:  # noqa: BLE001 - the formula under test may be broken
+            problem = f"{type(error).__name__}: {error}"
+            break
+        true = loss_gradient(family, current(), params, index, truth_formula)
+        cosines[step], norms[step] = _cosine(followed, true), float(followed.norm())
+        if not (math.isfinite(losses[step]) and torch.isfinite(followed).all()) or x.detach().norm() > blow_up:
+            diverged = step
+            break
+        opt.zero_grad()
+        x.grad = followed.detach().clone()
+        opt.step()
+    plane_path = plane.coordinates(torch.from_numpy(positions).to(inputs[index].dtype))
+    return Trajectory(formula, losses, cosines, norms, plane_path, diverged, problem), positions
+
+
+def trajectories(
+    family: Family,
+    inputs: Sequence[Tensor],
+    params: dict,
+    formulas: Sequence[str],
+    plane: Plane,
+    *,
+    optimizer: str = "SGD",
+    learning_rate: float = 0.1,
+    steps: int = 100,
+    progress: Callable[[float], None] | None = None,
+) -> TrajectorySet:
+    """Each formula drives ``optimizer`` on input ``plane.index`` from the current inputs."""
+    if optimizer not in OPTIMIZERS:
+        raise LabError(f"Unknown optimizer {optimizer!r}; choose one of: {', '.join(OPTIMIZERS)}.")
+    if not 1 <= steps <= MAX_STEPS:
+        raise LabError(f"Steps must be between 1 and {MAX_STEPS}; got {steps}.")
+    if not (learning_rate > 0 and math.isfinite(learning_rate)):
+        raise LabError(f"The learning rate must be a positive number; got {learning_rate}.")
+    runs, positions = {}, {}
+    for position, formula in enumerate(formulas):
+        runs[formula], positions[formula] = _run(family, inputs, params, plane.index, formula, optimizer, learning_rate, steps, plane)
+        if progress:
+            progress((position + 1) / len(formulas))
+    pca_paths, explained = _principal_paths(positions)
+    return TrajectorySet(optimizer, learning_rate, steps, runs, pca_paths, explained, plane.labels)
+
+
+def _principal_paths(positions: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], tuple[float, float]]:
+    """All paths on the top two principal components of their finite positions together."""
+    stacked = np.concatenate([p[np.isfinite(p).all(axis=1)] for p in positions.values()]) if positions else np.zeros((0, 1))
+    if stacked.shape[0] < 2:
+        return {f: np.full((p.shape[0], 2), np.nan) for f, p in positions.items()}, (math.nan, math.nan)
+    mean = stacked.mean(axis=0)
+    centred = stacked - mean
+    scale = np.abs(centred).max()
+    if not scale > 0:
+        return {f: np.zeros((p.shape[0], 2)) for f, p in positions.items()}, (math.nan, math.nan)
+    _, singular, components = np.linalg.svd(centred / scale, full_matrices=False)  # scaled: no overflow
+    components = components[:2]
+    variance = singular**2 / (singular**2).sum()
+    explained = (float(variance[0]), float(variance[1]) if variance.size > 1 else 0.0)
+    if components.shape[0] < 2:
+        components = np.vstack([components, np.zeros_like(components[:1])])
+    return {f: (p - mean) @ components.T for f, p in positions.items()}, explained  # type: ignore[return-value]

@@ -1,0 +1,57 @@
+"""Optimizer trajectories: the corrected formula descends, the tutorial's climbs or diverges."""
+
+import numpy as np
+import pytest
+
+from lib.errors import LabError
+from lib.family import get_family
+from lib.landscape import make_plane
+from lib.trajectory import OPTIMIZERS, trajectories
+
+COSINE = get_family("cosine")
+PARAMS = dict(COSINE.params)
+
+
+@pytest.mark.parametrize("optimizer", list(OPTIMIZERS))
+def test_corrected_descends_and_tutorial_climbs(optimizer):
+    x = COSINE.build_inputs((8, 16), seed=0)
+    plane = make_plane(COSINE, x, PARAMS, "random")
+    runs = trajectories(COSINE, x, PARAMS, ["tutorial", "corrected"], plane, optimizer=optimizer, learning_rate=0.1, steps=60).runs
+    corrected, tutorial = runs["corrected"], runs["tutorial"]
+    assert corrected.diverged_at is None and corrected.loss[-1] < corrected.loss[0]
+    assert np.nanmax(tutorial.loss) > tutorial.loss[0]  # its loss goes up
+    assert np.nanmax(np.abs(corrected.gradient_cosine[: 10] - 1)) < 1e-9
+    assert np.nanmean(tutorial.gradient_cosine[:10]) < 0
+
+
+def test_run_shapes_projection_and_pca():
+    x = COSINE.build_inputs((1, 2), seed=0)
+    plane = make_plane(COSINE, x, PARAMS, "input plane")
+    result = trajectories(COSINE, x, PARAMS, ["tutorial", "corrected"], plane, optimizer="Adam", learning_rate=0.05, steps=20)
+    run = result.runs["corrected"]
+    assert run.loss.shape == (21,) and run.gradient_cosine.shape == (20,) and run.plane_path.shape == (21, 2)
+    np.testing.assert_allclose(run.plane_path[0], plane.center, atol=1e-12)  # starts at the input
+    assert result.pca_paths["corrected"].shape == (21, 2)
+    assert sum(result.explained_variance) == pytest.approx(1.0)  # two dimensions: all of it
+
+
+def test_sgd_on_the_tutorial_diverges_and_is_stopped():
+    x = COSINE.build_inputs((8, 16), seed=0)
+    plane = make_plane(COSINE, x, PARAMS, "random")
+    result = trajectories(COSINE, x, PARAMS, ["tutorial", "corrected"], plane, optimizer="SGD", learning_rate=0.1, steps=300)
+    run = result.runs["tutorial"]
+    assert run.diverged_at is not None
+    assert np.isnan(run.loss[-1]) and np.isfinite(run.loss[0])
+    assert all(np.isfinite(result.explained_variance))  # the huge positions do not overflow the PCA
+
+
+def test_bad_settings_and_a_raising_formula():
+    x = COSINE.build_inputs((4, 5))
+    plane = make_plane(COSINE, x, PARAMS)
+    for kwargs, words in (({"optimizer": "LBFGS"}, "Unknown optimizer"), ({"steps": 0}, "Steps"), ({"learning_rate": -1.0}, "learning rate")):
+        with pytest.raises(LabError, match=words):
+            trajectories(COSINE, x, PARAMS, ["corrected"], plane, **kwargs)
+    x3 = COSINE.build_inputs((2, 3, 4))
+    plane3 = make_plane(COSINE, x3, PARAMS)
+    runs = trajectories(COSINE, x3, PARAMS, ["tutorial", "corrected"], plane3, steps=5).runs
+    assert runs["tutorial"].problem.startswith("RuntimeError") and runs["corrected"].problem is None
