@@ -5,6 +5,7 @@ It is what caches key on and what a shared link carries, and it builds the view'
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -12,6 +13,7 @@ import torch
 from lib.devices import resolve_device
 from lib.errors import LabError
 from lib.family import Family, get_family
+from lib.perturb import Perturbation, apply_perturbation
 
 Tensor = torch.Tensor
 DTYPES = {"float64": torch.float64, "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -30,6 +32,7 @@ class Case:
     step: float | None = None  # finite-difference step; None: the dtype's default
     atol: float | None = None
     rtol: float | None = None
+    perturbation: Perturbation = Perturbation()
 
     def get_family(self) -> Family:
         try:
@@ -52,9 +55,14 @@ class Case:
             raise LabError(f"Shape {self.shape} is impossible: every size must be at least 1.")
         device = resolve_device(self.device)
         family = self.get_family()
+        params = self.param_values()
         try:
-            return family.build_inputs(
-                self.shape, seed=self.seed, dtype=self.torch_dtype(), device=device, broadcast=self.broadcast, **self.param_values()
-            )
+            inputs = family.build_inputs(self.shape, seed=self.seed, dtype=self.torch_dtype(), device=device, broadcast=self.broadcast, **params)
         except (IndexError, ValueError, RuntimeError) as error:
             raise LabError(f"Cannot build inputs of shape {self.shape} for {family.title}: {error}") from None
+        return apply_perturbation(inputs, self.perturbation, dim=int(params.get("dim", -1)), eps=float(params.get("eps", 1e-8)), seed=self.seed)
+
+    def input_bytes(self) -> int:
+        """The inputs' size before any is built: what the memory guard starts from."""
+        elements = math.prod(self.shape)
+        return elements * self.torch_dtype().itemsize * len(self.get_family().input_names)

@@ -44,6 +44,7 @@ class Family:
     params: Mapping[str, float | int] = field(default_factory=dict)  # keyword defaults, e.g. dim, eps
     forward_latex: str = ""
     gradient_latex: str = ""  # the true gradient
+    specimen: str = ""  # the code under study, its bugs marked in comments, for the home page
     # the point an input is pulled towards, (inputs, index, params) -> tensor shaped like it, or None
     target: Callable[[tuple[Tensor, ...], int, Mapping], Tensor | None] | None = None
 

@@ -20,6 +20,7 @@ import torch
 from lib.errors import LabError
 from lib.family import Family
 from lib.numerical import DEFAULT_BUDGET_BYTES
+from lib.progress import report
 
 Tensor = torch.Tensor
 PLANE_MODES = ("random", "gradient", "coordinates", "input plane")
@@ -189,7 +190,6 @@ def losses_at(
     *,
     formula: str | None = None,
     budget_bytes: int = DEFAULT_BUDGET_BYTES,
-    progress: Callable[[float], None] | None = None,
 ) -> np.ndarray:
     """The family's loss at ``plane.points(coefficients)``, (k,), in chunks that fit the budget."""
     x = inputs[plane.index]
@@ -207,8 +207,7 @@ def losses_at(
         for start in range(0, coefficients.shape[0], chunk):
             points = plane.points(coefficients[start : start + chunk], out=buffer)
             out.append(_batched(loss_at, points).double().cpu())
-            if progress:
-                progress(min(1.0, (start + chunk) / coefficients.shape[0]))
+            report(min(1.0, (start + chunk) / coefficients.shape[0]))
     return torch.cat(out).numpy() if out else np.zeros(0)
 
 
@@ -240,7 +239,6 @@ def loss_surface(
     span: float = 1.0,
     one_dimensional: bool = False,
     budget_bytes: int = DEFAULT_BUDGET_BYTES,
-    progress: Callable[[float], None] | None = None,
 ) -> Surface:
     """The loss on a ``resolution``² grid of the plane (or ``resolution`` points along a, through
     the centre, for a 1-D slice). Cost: points × input elements."""
@@ -256,7 +254,7 @@ def loss_surface(
         b = np.linspace(b_min, b_max, resolution)
         bb, aa = np.meshgrid(b, a, indexing="ij")  # rows follow b, columns follow a
         coefficients = torch.from_numpy(np.stack([aa.ravel(), bb.ravel()], axis=1))
-    loss = losses_at(family, inputs, params, plane, coefficients, budget_bytes=budget_bytes, progress=progress)
+    loss = losses_at(family, inputs, params, plane, coefficients, budget_bytes=budget_bytes)
     center = losses_at(family, inputs, params, plane, torch.tensor([plane.center], dtype=torch.float64))[0]
     return Surface(
         a=a,
@@ -325,7 +323,6 @@ def gradient_field(
     *,
     resolution: int = 15,
     span: float = 1.0,
-    progress: Callable[[float], None] | None = None,
 ) -> GradientField:
     if not 2 <= resolution <= MAX_FIELD_SIDE:
         raise LabError(f"Field resolution {resolution} is outside 2 … {MAX_FIELD_SIDE}.")
@@ -349,6 +346,5 @@ def gradient_field(
         )
         if truth is not None:
             errors[formula] = (g - truth.reshape(g.shape).double()).norm(dim=1).reshape(shape).cpu().numpy()
-        if progress:
-            progress((position + 1) / len(formulas))
+        report((position + 1) / len(formulas))
     return GradientField(a, b, directions, errors, plane.center, plane.labels, target_coordinates(family, inputs, params, plane), problems)

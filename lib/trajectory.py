@@ -18,6 +18,7 @@ import torch
 from lib.errors import LabError
 from lib.family import Family
 from lib.landscape import Plane, loss_gradient
+from lib.progress import report
 
 Tensor = torch.Tensor
 
@@ -109,7 +110,6 @@ def trajectories(
     optimizer: str = "SGD",
     learning_rate: float = 0.1,
     steps: int = 100,
-    progress: Callable[[float], None] | None = None,
 ) -> TrajectorySet:
     """Each formula drives ``optimizer`` on input ``plane.index`` from the current inputs."""
     if optimizer not in OPTIMIZERS:
@@ -121,8 +121,7 @@ def trajectories(
     runs, positions = {}, {}
     for position, formula in enumerate(formulas):
         runs[formula], positions[formula] = _run(family, inputs, params, plane.index, formula, optimizer, learning_rate, steps, plane)
-        if progress:
-            progress((position + 1) / len(formulas))
+        report((position + 1) / len(formulas))
     pca_paths, explained = _principal_paths(positions)
     return TrajectorySet(optimizer, learning_rate, steps, runs, pca_paths, explained, plane.labels)
 

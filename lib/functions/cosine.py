@@ -19,6 +19,8 @@ not. That is PyTorch's gradient, not the derivative of its forward, and we match
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 import torch.nn.functional as F
 
@@ -319,6 +321,21 @@ def build_inputs(
     return x1.to(device=device, dtype=dtype), x2.to(device=device, dtype=dtype)
 
 
+def _annotated_specimen() -> str:
+    """The tutorial's backward as published, with its bugs marked where they happen."""
+    marks = {
+        "cosine_loss_grad = grad_output.unsqueeze(-1) * input2": "# BUG 2: no 1/(‖x1‖‖x2‖); BUG 3: dim -1, the forward used dim 1",
+        "cosine_loss_grad = cosine_loss_grad - torch.sum(input1 * cosine_loss_grad, dim=-1, keepdim=True) * input1":
+            "# BUG 2: projects with x1, not x1/‖x1‖",
+        "grad_input1 = -cosine_loss_grad": "# BUG 1: sign flipped (the forward returns +similarity)",
+        "grad_input2 = -cosine_loss_grad": "# BUG 1: sign flipped",
+    }
+    source = inspect.getsource(CosineSimilarityLossFunction)
+    start = source.index('"""')
+    source = source[:start].rstrip() + "\n" + source[source.index('"""', start + 3) + 3 :].lstrip("\n")  # no docstring
+    return "\n".join(f"{line}  {marks[line.strip()]}" if line.strip() in marks else line for line in source.splitlines())
+
+
 def cosine_target(inputs: tuple[Tensor, Tensor], index: int, params) -> Tensor | None:
     """Where minimising the loss pulls input ``index``: the other input's direction, at this
     input's norm, slice by slice along dim. None when the other input does not have its shape."""
@@ -384,5 +401,6 @@ FAMILY = register(
         forward_latex=r"y = \frac{x_1\cdot x_2}{\max(\lVert x_1\rVert,\varepsilon)\,\max(\lVert x_2\rVert,\varepsilon)}",
         gradient_latex=r"\frac{\partial y}{\partial x_1} = \frac{x_2}{c_1 c_2} - \frac{y\,x_1}{c_1\,\lVert x_1\rVert}",
         target=cosine_target,
+        specimen=_annotated_specimen(),
     )
 )

@@ -1,0 +1,188 @@
+"""The one module of lib that imports streamlit: page setup, the sidebar that builds the Case,
+cached computations with progress, error messages in words, charts and downloads.
+
+Every widget has a key and is bound to the URL, so a link reproduces the view.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import traceback
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+import streamlit as st
+
+from lib import views
+from lib.case import DTYPES, Case
+from lib.devices import DEVICES, device_problem
+from lib.errors import LabError
+from lib.family import Family, families
+from lib.perturb import ALIGNMENTS, INJECTIONS, Perturbation
+from lib.progress import listening
+
+URL = "query-params"
+MAX_ROWS, MAX_FEATURES, MAX_DEPTH = 4096, 4096, 64
+
+
+# ---- page setup and the sidebar ----------------------------------------------------------------------
+
+
+def page_setup(title: str, explanation: str) -> Case:
+    """Every page starts here: page config, title, its one-line explanation, the sidebar's Case."""
+    st.set_page_config(page_title=f"{title} · Gradient Lab", page_icon="∇", layout="wide")
+    st.title(title)
+    st.caption(explanation)
+    with st.sidebar:
+        return sidebar_case()
+
+
+def default_formulas(family: Family) -> list[str]:
+    """Up to two wrong formulas and every correct one: enough to compare without clutter."""
+    wrong = [n for n, f in family.formulas.items() if not f.correct][:2]
+    return wrong + [n for n, f in family.formulas.items() if f.correct]
+
+
+def _log_choices(low: int, high: int) -> list[float]:
+    return [10.0**e for e in range(low, high + 1)]
+
+
+def sidebar_case() -> Case:
+    known = families()
+    st.header("Case")
+    family = known[st.selectbox("Family", list(known), key="family", bind=URL, format_func=lambda n: known[n].title)]
+    formulas = st.multiselect("Formulas to compare", list(family.formulas), default=default_formulas(family),
+                              key=f"formulas_{family.name}", bind=URL, help="Each formula is a custom autograd.Function; the reference is autograd through PyTorch's own ops.")
+
+    st.subheader("Shape")
+    rows = st.number_input("Rows (batch)", 1, MAX_ROWS, 8, key="rows", bind=URL)
+    features = st.number_input("Features", 1, MAX_FEATURES, 16, key="features", bind=URL)
+    depth = st.number_input("Extra dim (0 = none)", 0, MAX_DEPTH, 0, key="depth", bind=URL, help="A third dim: inputs of shape (rows, features, extra).")
+    shape = (int(rows), int(features)) + ((int(depth),) if depth else ())
+    params: dict[str, float | int] = {}
+    if "dim" in family.params:
+        options = list(range(-len(shape), len(shape)))
+        default = int(family.params["dim"]) if int(family.params["dim"]) in options else options[-1]
+        params["dim"] = st.selectbox("dim (reduced over)", options, index=options.index(default), key="dim", bind=URL)
+    broadcast = st.checkbox("Broadcast input 2 (size 1 off dim)", False, key="broadcast", bind=URL) if len(family.input_names) > 1 else False
+
+    st.subheader("Numbers")
+    dtype = st.selectbox("dtype", list(DTYPES), key="dtype", bind=URL, help="float64 for checking correctness; lower precisions are perturbations to look at.")
+    device = st.selectbox("Device", list(DEVICES), key="device", bind=URL,
+                          format_func=lambda d: d if device_problem(d) is None else f"{d} (unavailable)")
+    if device_problem(device):
+        st.caption(f"⚠ {device_problem(device)}")
+    seed = st.number_input("Seed", 0, 2**31 - 1, 0, key="seed", bind=URL)
+    if "eps" in family.params:
+        params["eps"] = st.select_slider("eps (norm clamp)", [0.0] + _log_choices(-12, 1), value=float(family.params["eps"]), key="eps", bind=URL,
+                                         format_func=lambda v: "0" if v == 0 else f"{v:.0e}")
+    for name, value in family.params.items():  # any other family parameter, generically
+        if name not in ("dim", "eps"):
+            params[name] = st.number_input(name, value=value, key=f"param_{name}", bind=URL)
+    step = st.select_slider("Finite-difference step h", ["auto"] + _log_choices(-12, -1), value="auto", key="step", bind=URL,
+                            format_func=lambda v: "auto (by dtype)" if v == "auto" else f"{v:.0e}")
+
+    with st.expander("Perturbations", expanded=False):
+        perturbation = Perturbation(
+            noise1=st.slider("Noise on input 1 (σ)", 0.0, 2.0, 0.0, 0.01, key="noise1", bind=URL),
+            noise2=st.slider("Noise on input 2 (σ)", 0.0, 2.0, 0.0, 0.01, key="noise2", bind=URL) if len(family.input_names) > 1 else 0.0,
+            norm1=st.select_slider("Row norm of input 1", [0.0] + _log_choices(-6, 4), value=0.0, key="norm1", bind=URL,
+                                   format_func=lambda v: "as drawn" if v == 0 else f"{v:g}", help="1 = unit norm: where the sign-fixed tutorial is right."),
+            norm2=st.select_slider("Row norm of input 2", [0.0] + _log_choices(-6, 4), value=0.0, key="norm2", bind=URL,
+                                   format_func=lambda v: "as drawn" if v == 0 else f"{v:g}") if len(family.input_names) > 1 else 0.0,
+            near_zero_rows=st.number_input("Rows of input 1 near zero", 0, MAX_ROWS, 0, key="near_zero", bind=URL),
+            near_zero_factor=st.select_slider("… at norm (× eps)", [0.1, 0.5, 1.0, 2.0, 10.0], value=1.0, key="near_zero_factor", bind=URL),
+            align=st.selectbox("Input 2 along input 1", ALIGNMENTS, key="align", bind=URL) if len(family.input_names) > 1 else "none",
+            align_angle=st.slider("… within (degrees)", 0.0, 90.0, 1.0, 0.5, key="align_angle", bind=URL),
+            inject=st.selectbox("Inject into input 1", INJECTIONS, key="inject", bind=URL),
+            inject_count=st.number_input("… at how many elements", 1, 1000, 1, key="inject_count", bind=URL),
+        )
+    return Case(
+        family=family.name, formulas=tuple(formulas), shape=shape, dtype=dtype, device=device, seed=int(seed),
+        broadcast=bool(broadcast), params=tuple(sorted(params.items())), step=None if step == "auto" else float(step),
+        perturbation=perturbation,
+    )
+
+
+# ---- computing, with cache, progress and messages --------------------------------------------------
+
+
+@st.cache_data(max_entries=256, show_spinner=False)
+def _cached(name: str, *args: Any) -> Any:
+    return getattr(views, name)(*args)
+
+
+def compute(fn: Callable[..., Any], *args: Any, what: str = "Computing…") -> Any | None:
+    """``fn(*args)`` from ``lib.views``, cached by its plain arguments, with a spinner and a
+    progress bar; a LabError or any failure becomes a message on the page and None."""
+    with guard(what.rstrip("…")):
+        bar = st.empty()
+        with st.spinner(what), listening(lambda f: bar.progress(f, text=what)):
+            result = _cached(fn.__name__, *args)
+        bar.empty()
+        return result
+    return None
+
+
+@contextmanager
+def guard(what: str) -> Iterator[None]:
+    """Whatever fails inside is said in words on the page, and the rest of the page goes on."""
+    try:
+        yield
+    except LabError as error:
+        st.error(str(error), icon="⚠️")
+    except Exception as error:  # noqa: BLE001 - never a traceback on the page
+        frame = traceback.extract_tb(error.__traceback__)[-1]
+        st.error(f"{what} failed: {type(error).__name__}: {error} (in {frame.name}, {frame.filename.rsplit('/', 1)[-1]}:{frame.lineno})", icon="🛑")
+
+
+def chart(fig, key: str) -> None:
+    st.plotly_chart(fig, width="stretch", key=key)
+
+
+# ---- downloads ---------------------------------------------------------------------------------------
+
+
+def _plain(value: Any) -> Any:
+    """JSON-safe: numpy to lists and floats, NaN and Inf to strings."""
+    if isinstance(value, np.ndarray):
+        return _plain(value.tolist())
+    if isinstance(value, (np.floating, float)):
+        value = float(value)
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def csv_text(rows: Sequence[dict]) -> str:
+    out = io.StringIO()
+    if rows:
+        writer = csv.DictWriter(out, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return out.getvalue()
+
+
+def download(label: str, data: Sequence[dict] | dict, file_name: str, key: str) -> None:
+    """A CSV of rows (a list of dicts) or a JSON of anything else."""
+    if isinstance(data, dict):
+        st.download_button(label, json.dumps(_plain(data), indent=1), file_name, "application/json", key=key)
+    else:
+        st.download_button(label, csv_text(data), file_name, "text/csv", key=key)
+
+
+def grid_rows(a: np.ndarray, b: np.ndarray | None, **values: np.ndarray) -> list[dict]:
+    """Rows of a grid (a, b, value...) for a CSV download; 1-D when b is None."""
+    if b is None:
+        return [{"a": float(x), **{k: float(v[i]) for k, v in values.items()}} for i, x in enumerate(a)]
+    return [{"a": float(x), "b": float(y), **{k: float(v[j, i]) for k, v in values.items()}}
+            for j, y in enumerate(b) for i, x in enumerate(a)]

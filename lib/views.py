@@ -1,0 +1,138 @@
+"""What each page computes, from a Case and plain settings: the one seam between pages and maths.
+
+Every function here takes only hashable plain values (a Case, strings, numbers, small frozen
+dataclasses), checks the memory guard before allocating anything large, and returns plain
+results, so that ``lib.ui`` can cache them by their arguments and pages stay thin.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from lib import budget
+from lib.case import Case
+from lib.compare import GradientReport, StepSweep, compare_case, step_sweep
+from lib.conformance import Check, conformance_report
+from lib.devices import available_devices
+from lib.errors import LabError
+from lib.landscape import GradientField, Plane, Surface, gradient_field, loss_surface, make_plane
+from lib.numerical import DEFAULT_BUDGET_BYTES
+from lib.trajectory import TrajectorySet, trajectories
+
+
+@dataclass(frozen=True)
+class PlaneSpec:
+    """A plane in plain values (see ``lib.landscape.make_plane``)."""
+
+    mode: str = "random"
+    index: int = 0
+    seed: int = 0
+    coordinates: tuple[int, int] = (0, 1)
+    row: int = 0
+
+
+def _checked_inputs(case: Case):
+    budget.require(case.input_bytes(), f"Inputs of shape {case.shape}", "Choose a smaller shape.")
+    return case.inputs()
+
+
+def _formulas(case: Case) -> tuple[str, ...]:
+    family = case.get_family()
+    unknown = [f for f in case.formulas if f not in family.formulas]
+    if unknown:
+        raise LabError(f"{family.title} has no formula {', '.join(map(repr, unknown))}; it has: {', '.join(family.formulas)}.")
+    if not case.formulas:
+        raise LabError("Choose at least one formula to compare.")
+    return case.formulas
+
+
+# ---- the comparison engine -------------------------------------------------------------------------
+
+
+def gradient_report(case: Case, formula: str) -> GradientReport:
+    inputs = _checked_inputs(case)
+    n, k = inputs[0].numel(), len(inputs)
+    budget.require(  # outputs taken as many as input elements: the common worst case
+        budget.comparison_bytes(n, k, inputs[0].element_size(), n, DEFAULT_BUDGET_BYTES),
+        f"Checking gradients of shape {case.shape}", "Choose a smaller shape.",
+    )
+    return compare_case(case, formula)
+
+
+def verdicts(case: Case) -> list[GradientReport]:
+    """A gradient report for every chosen formula."""
+    return [gradient_report(case, formula) for formula in _formulas(case)]
+
+
+def gradient_sweep(case: Case, formula: str) -> StepSweep:
+    family, inputs = case.get_family(), _checked_inputs(case)
+    return step_sweep(family, formula, inputs, params=case.param_values())
+
+
+def conformance(case: Case, formula: str) -> list[Check]:
+    family, inputs, params = case.get_family(), _checked_inputs(case), case.param_values()
+    function = lambda *xs: family.run(formula, xs, **params)  # noqa: E731
+    return conformance_report(function, inputs, atol=case.atol, rtol=case.rtol, step=case.step)
+
+
+@dataclass(frozen=True)
+class DeviceDifference:
+    device: str
+    max_difference: dict[str, float]  # input name -> max |gradient on CPU − gradient on device|
+    verdict_cpu: str
+    verdict_device: str
+
+
+def device_difference(case: Case, formula: str, device: str) -> DeviceDifference:
+    """The same case on the CPU and on ``device``: their analytic gradients' largest difference."""
+    on_cpu = gradient_report(Case(**{**case.__dict__, "device": "cpu"}), formula)
+    on_device = gradient_report(Case(**{**case.__dict__, "device": device}), formula)
+    differences = {
+        c.name: float(np.nanmax(np.abs(c.gradients["analytic"] - d.gradients["analytic"]), initial=0.0))
+        for c, d in zip(on_cpu.inputs, on_device.inputs)
+    }
+    return DeviceDifference(device, differences, on_cpu.verdict.summary, on_device.verdict.summary)
+
+
+def accelerators() -> list[str]:
+    return [name for name, problem in available_devices().items() if name != "cpu" and problem is None]
+
+
+# ---- landscapes --------------------------------------------------------------------------------------
+
+
+def _plane(case: Case, spec: PlaneSpec, inputs) -> Plane:
+    return make_plane(case.get_family(), inputs, case.param_values(), spec.mode, index=spec.index, seed=spec.seed,
+                      coordinates=spec.coordinates, row=spec.row)
+
+
+def surface(case: Case, spec: PlaneSpec, resolution: int, span: float, one_dimensional: bool = False) -> Surface:
+    inputs = _checked_inputs(case)
+    n = inputs[spec.index].numel() if spec.index < len(inputs) else 1
+    points = resolution if one_dimensional else resolution**2
+    budget.require(budget.surface_bytes(points, n, inputs[0].element_size(), min(points, 256)),
+                   f"A {'slice' if one_dimensional else 'surface'} of {points} points", "Lower the resolution or the shape.")
+    return loss_surface(case.get_family(), inputs, case.param_values(), _plane(case, spec, inputs),
+                        resolution=resolution, span=span, one_dimensional=one_dimensional)
+
+
+def field(case: Case, spec: PlaneSpec, resolution: int, span: float) -> GradientField:
+    inputs = _checked_inputs(case)
+    formulas = _formulas(case)
+    budget.require(budget.field_bytes(resolution**2, inputs[spec.index].numel() if spec.index < len(inputs) else 1, len(formulas)),
+                   f"A gradient field of {resolution}×{resolution} points", "Lower the field resolution or the shape.")
+    return gradient_field(case.get_family(), inputs, case.param_values(), _plane(case, spec, inputs), formulas,
+                          resolution=resolution, span=span)
+
+
+def training(case: Case, spec: PlaneSpec, optimizer: str, learning_rate: float, steps: int) -> TrajectorySet:
+    inputs = _checked_inputs(case)
+    formulas = _formulas(case)
+    budget.require(budget.trajectory_bytes(steps, inputs[spec.index].numel() if spec.index < len(inputs) else 1, len(formulas)),
+                   f"{steps} optimizer steps for {len(formulas)} formulas", "Take fewer steps or a smaller shape.")
+    return trajectories(case.get_family(), inputs, case.param_values(), formulas, _plane(case, spec, inputs),
+                        optimizer=optimizer, learning_rate=learning_rate, steps=steps)
+
