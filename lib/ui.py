@@ -54,7 +54,7 @@ def _log_choices(low: int, high: int) -> list[float]:
 def sidebar_case() -> Case:
     known = families()
     st.header("Case")
-    family = known[st.selectbox("Family", list(known), key="family", bind=URL, format_func=lambda n: known[n].title)]
+    family = known[st.selectbox("Family", list(known), key="family", bind=URL, help=" · ".join(f"{n}: {f.title}" for n, f in known.items()))]
     formulas = st.multiselect("Formulas to compare", list(family.formulas), default=default_formulas(family),
                               key=f"formulas_{family.name}", bind=URL, help="Each formula is a custom autograd.Function; the reference is autograd through PyTorch's own ops.")
 
@@ -72,10 +72,11 @@ def sidebar_case() -> Case:
 
     st.subheader("Numbers")
     dtype = st.selectbox("dtype", list(DTYPES), key="dtype", bind=URL, help="float64 for checking correctness; lower precisions are perturbations to look at.")
+    # plain option labels: the URL carries the label, so it must not depend on this machine
     device = st.selectbox("Device", list(DEVICES), key="device", bind=URL,
-                          format_func=lambda d: d if device_problem(d) is None else f"{d} (unavailable)")
+                          help=" · ".join(f"{d}: {device_problem(d) or 'available'}" for d in DEVICES))
     if device_problem(device):
-        st.caption(f"⚠ {device_problem(device)}")
+        st.caption(f"⚠ {device} is unavailable here: {device_problem(device)}")
     seed = st.number_input("Seed", 0, 2**31 - 1, 0, key="seed", bind=URL)
     if "eps" in family.params:
         params["eps"] = st.select_slider("eps (norm clamp)", [0.0] + _log_choices(-12, 1), value=float(family.params["eps"]), key="eps", bind=URL,

@@ -7,6 +7,7 @@ results, so that ``lib.ui`` can cache them by their arguments and pages stay thi
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,9 +53,18 @@ def _formulas(case: Case) -> tuple[str, ...]:
 # ---- the comparison engine -------------------------------------------------------------------------
 
 
+MAX_CHECK_ELEMENTS = 2**18  # per input: finite differences cost (colours × 2) evaluations of it
+
+
 def gradient_report(case: Case, formula: str) -> GradientReport:
+    n = math.prod(case.shape)
+    if n > MAX_CHECK_ELEMENTS:
+        raise LabError(
+            f"Element-by-element checks take inputs of up to {MAX_CHECK_ELEMENTS:,} elements; this case has {n:,}. "
+            "Choose a smaller shape (the loss surface and training pages take larger ones)."
+        )
     inputs = _checked_inputs(case)
-    n, k = inputs[0].numel(), len(inputs)
+    k = len(inputs)
     budget.require(  # outputs taken as many as input elements: the common worst case
         budget.comparison_bytes(n, k, inputs[0].element_size(), n, DEFAULT_BUDGET_BYTES),
         f"Checking gradients of shape {case.shape}", "Choose a smaller shape.",
@@ -136,3 +146,24 @@ def training(case: Case, spec: PlaneSpec, optimizer: str, learning_rate: float, 
     return trajectories(case.get_family(), inputs, case.param_values(), formulas, _plane(case, spec, inputs),
                         optimizer=optimizer, learning_rate=learning_rate, steps=steps)
 
+
+# ---- small facts for page controls --------------------------------------------------------------------
+
+
+def input_sizes(case: Case) -> tuple[int, ...]:
+    """How many elements each of the case's inputs has (after broadcasting options)."""
+    return tuple(int(x.numel()) for x in _checked_inputs(case))
+
+
+# ---- perturbation sweeps ---------------------------------------------------------------------------
+
+
+def perturbation_sweep(case: Case, kind: str):
+    """Each formula's gradient error against the reference as one perturbation is swept
+    (``lib.sweeps``); returns a ``SweepResult``."""
+    from lib import sweeps  # here, not at the top: this section is appended to the module
+
+    formulas = _formulas(case)
+    budget.require(sweeps.sweep_bytes(case), f"A {kind} sweep of shape {case.shape} with {len(formulas)} formulas",
+                   "Choose a smaller shape or fewer formulas.")
+    return sweeps.perturbation_sweep(case, kind)

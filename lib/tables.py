@@ -1,0 +1,44 @@
+"""Rows for CSV downloads of landscape results: plain dicts, one per grid point or step."""
+
+from __future__ import annotations
+
+import math
+
+from lib.landscape import GradientField
+from lib.trajectory import TrajectorySet
+
+
+def _number(value) -> float:
+    value = float(value)
+    return value if math.isfinite(value) else math.nan
+
+
+def field_columns(field: GradientField) -> dict:
+    """Per-formula grids of a gradient field, named for a CSV: "<formula> d_a", "<formula> d_b",
+    "<formula> error" (the error only where the family has a reference)."""
+    columns = {}
+    for formula, (d_a, d_b) in field.directions.items():
+        columns[f"{formula} d_a"] = d_a
+        columns[f"{formula} d_b"] = d_b
+        if formula in field.errors:
+            columns[f"{formula} error"] = field.errors[formula]
+    return columns
+
+
+def trajectory_rows(trajectories: TrajectorySet) -> list[dict]:
+    """One row per formula and step: loss, the cosine to the true gradient and the followed
+    gradient's norm (blank on the last position, where no step was taken), the plane position."""
+    rows = []
+    for formula, run in trajectories.runs.items():
+        for step in range(run.loss.size):
+            taken = step < run.gradient_cosine.size
+            rows.append({
+                "formula": formula,
+                "step": step,
+                "loss": _number(run.loss[step]),
+                "cosine": _number(run.gradient_cosine[step]) if taken else math.nan,
+                "gradient norm": _number(run.gradient_norm[step]) if taken else math.nan,
+                "plane a": _number(run.plane_path[step, 0]),
+                "plane b": _number(run.plane_path[step, 1]),
+            })
+    return rows

@@ -1,0 +1,118 @@
+"""Loss surface: the loss on a line or a plane through the inputs, with optimizer paths driven by
+each formula's gradient."""
+
+import streamlit as st
+
+from lib import ui, views
+from lib.figures.landscape import (
+    loss_contour_figure,
+    loss_slice_figure,
+    loss_surface_3d_figure,
+    trajectory_curves_figure,
+    trajectory_pca_figure,
+)
+from lib.landscape import PLANE_MODES
+from lib.tables import trajectory_rows
+from lib.trajectory import OPTIMIZERS
+
+URL = "query-params"
+SPANS = [0.25, 0.5, 1.0, 2.0, 4.0]
+LEARNING_RATES = [1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0, 10.0]
+KINDS = {"2-D": "2-D surface", "1-D": "1-D slice"}
+VIEWS = {"contour": "contours", "3-D": "3-D"}
+PLANE_HELP = ("random: two Gaussian directions scaled to each row's norm · gradient: the descent direction and one "
+              "orthogonal to it · coordinates: two chosen elements of the input · input plane: the actual plane of one "
+              "row (needs feature size 2)")
+
+case = ui.page_setup(
+    "Loss surface",
+    "The loss along a line or over a plane through the inputs (the reference's loss: what every formula should descend), "
+    "and where an optimizer ends up when each formula's own gradient drives it.",
+)
+
+sizes = ui.compute(views.input_sizes, case, what="Building the inputs…")
+if sizes is None:
+    st.info("Fix the case in the sidebar to see the loss surface.")
+    st.stop()
+names = case.get_family().input_names
+
+# ---- the plane ----
+default_mode = "input plane" if case.shape[-1] == 2 else "random"
+plane_col, input_col, extra_a, extra_b, span_col = st.columns([3, 2, 2, 2, 3])
+mode = plane_col.selectbox("Plane", PLANE_MODES, index=PLANE_MODES.index(default_mode), key="surface_plane", bind=URL, help=PLANE_HELP)
+index = input_col.selectbox("Input that moves", list(range(len(names))), format_func=lambda i: names[i], key="surface_input", bind=URL,
+                            help="The other inputs stay where they are.")
+seed, coordinates, row = 0, (0, 1), 0
+if mode in ("random", "gradient"):
+    seed = int(extra_a.number_input("Plane seed", 0, 2**31 - 1, 0, key="surface_plane_seed", bind=URL, help="Draws the random direction(s)."))
+elif mode == "coordinates":
+    last = max(sizes[index] - 1, 0) if index < len(sizes) else 0
+    coordinates = (
+        int(extra_a.number_input("Coordinate a", 0, None, 0, key="surface_coord_a", bind=URL, help=f"A flat index into {names[index]}: 0 … {last}.")),
+        int(extra_b.number_input("Coordinate b", 0, None, 1, key="surface_coord_b", bind=URL, help=f"A flat index into {names[index]}: 0 … {last}.")),
+    )
+else:
+    rows = sizes[index] // 2 if index < len(sizes) else 0
+    row = int(extra_a.number_input("Row", 0, None, 0, key="surface_row", bind=URL, help=f"Which row's two features span the plane: 0 … {max(rows - 1, 0)}."))
+span = span_col.select_slider("View half-width", SPANS, value=1.0, key="surface_span", bind=URL, format_func=lambda v: f"±{v:g}",
+                              help="How far the view reaches from the current point, in the plane's own units.")
+spec = views.PlaneSpec(mode=mode, index=int(index), seed=seed, coordinates=coordinates, row=row)
+
+# ---- the view ----
+kind_col, resolution_col, log_col, view_col, paths_col = st.columns([2, 3, 1, 2, 2], vertical_alignment="center")
+kind = kind_col.radio("Show", list(KINDS), format_func=KINDS.get, key="surface_kind", bind=URL, horizontal=True)
+one_dimensional = kind == "1-D"
+if one_dimensional:
+    resolution = int(resolution_col.slider("Points along the line", 11, 401, 101, key="surface_slice_resolution", bind=URL))
+else:
+    resolution = int(resolution_col.slider("Points per side", 5, 201, 51, key="surface_resolution", bind=URL,
+                                           help="The cost grows with the square: 201 per side is 40,401 loss evaluations."))
+log = log_col.toggle("Log scale", False, key="surface_log", bind=URL)
+view = "contour"
+if not one_dimensional:
+    view = view_col.radio("Draw as", list(VIEWS), format_func=VIEWS.get, key="surface_view", bind=URL, horizontal=True)
+paths = paths_col.toggle("Optimizer paths", False, key="surface_paths", bind=URL, help="Run an optimizer from the current point, driven by each formula's gradient.")
+optimizer, learning_rate, steps = "SGD", 0.1, 100
+if paths:
+    optimizer_col, rate_col, steps_col = st.columns([2, 3, 3])
+    optimizer = optimizer_col.selectbox("Optimizer", list(OPTIMIZERS), key="surface_optimizer", bind=URL)
+    learning_rate = float(rate_col.select_slider("Learning rate", LEARNING_RATES, value=0.1, key="surface_lr", bind=URL, format_func=lambda v: f"{v:g}"))
+    steps = int(steps_col.slider("Steps", 1, 500, 100, key="surface_steps", bind=URL))
+
+# ---- computing and drawing ----
+surface = ui.compute(views.surface, case, spec, resolution, span, one_dimensional,
+                     what=f"Evaluating the loss on {resolution if one_dimensional else resolution**2:,} points…")
+runs = ui.compute(views.training, case, spec, optimizer, learning_rate, steps,
+                  what=f"Running {optimizer} for {steps} steps per formula…") if paths else None
+
+if surface is not None:
+    if one_dimensional:
+        ui.chart(loss_slice_figure(surface, log), key="surface_slice_chart")
+    elif view == "3-D":
+        figure = loss_surface_3d_figure(surface, log)
+        figure.update_layout(height=650)
+        ui.chart(figure, key="surface_3d_chart")
+    else:
+        figure = loss_contour_figure(surface, log, trajectories=runs)
+        figure.update_layout(height=600)
+        ui.chart(figure, key="surface_contour_chart")
+    if log and not (surface.loss > 0).all():
+        st.caption("On the log scale, points where the loss is 0 or negative are left blank.")
+    ui.download("Download the surface (CSV)", ui.grid_rows(surface.a, surface.b, loss=surface.loss),
+                "loss_slice.csv" if one_dimensional else "loss_surface.csv", key="surface_download")
+
+if runs is not None:
+    st.subheader("Optimizer paths")
+    if one_dimensional or view != "contour":
+        st.caption("The paths are drawn on the plane in the 2-D contour view; here are their curves.")
+    for formula, run in runs.runs.items():
+        if run.problem:
+            st.warning(f"**{formula}** raised an error, so its path stops early: {run.problem}", icon="⚠️")
+        elif run.diverged_at is not None:
+            st.warning(f"**{formula}** diverged at step {run.diverged_at}: its loss or gradient stopped being finite. Try a smaller learning rate.", icon="⚠️")
+    ui.chart(trajectory_curves_figure(runs), key="surface_curves_chart")
+    if index < len(sizes) and sizes[index] > 2:
+        ui.chart(trajectory_pca_figure(runs), key="surface_pca_chart")
+        st.caption(f"{names[index]} has {sizes[index]} elements, so the plane above shows only part of each path; "
+                   "the principal components show the directions the paths actually moved along.")
+    ui.download("Download the trajectories (CSV)", trajectory_rows(runs), "trajectories.csv", key="surface_paths_download")

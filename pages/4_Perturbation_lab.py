@@ -1,0 +1,37 @@
+"""Perturbation lab: one perturbation swept over a range, each formula's gradient error at every setting."""
+
+import streamlit as st
+
+from lib import ui, views
+from lib.figures.sweeps import sweep_figure
+from lib.sweeps import METRICS, SWEEPS
+
+URL = "query-params"
+METRIC_HELP = ("max abs error: the largest |analytic − reference| over every element · max relative error: the same divided "
+               "by |reference| (floored) · cosine to reference: 1 points the right way, −1 is exactly flipped")
+
+case = ui.page_setup(
+    "Perturbation lab",
+    "Turn one knob of the inputs (their norm, noise, eps, near-zero rows, the angle between them, the dtype) over a "
+    "range and see where each formula's gradient stops agreeing with autograd through the reference.",
+)
+
+kind_col, metric_col = st.columns(2)
+kind = kind_col.selectbox("Perturbation to sweep", list(SWEEPS), key="lab_kind", bind=URL,
+                          help="Every other setting comes from the sidebar; this one is replaced by each value of the sweep.")
+metric = metric_col.selectbox("Metric", list(METRICS), key="lab_metric", bind=URL, help=METRIC_HELP)
+st.caption(f"**What to look for.** {SWEEPS[kind].look_for}")
+
+result = ui.compute(views.perturbation_sweep, case, kind, what=f"Sweeping the {kind} over {len(SWEEPS[kind].values)} values…")
+if result is not None:
+    figure = sweep_figure(result, metric)
+    figure.update_layout(height=520)
+    ui.chart(figure, key="lab_chart")
+    for formula in result.formulas:
+        raised = [(label, problem) for label, problem in zip(result.labels, result.problems[formula]) if problem]
+        if raised:
+            where = ", ".join(label for label, _ in raised)
+            st.warning(f"**{formula}** raised at {where}, so it has no gradient there: {raised[0][1]}", icon="⚠️")
+    if case.perturbation.active:
+        st.caption(f"The sidebar's other perturbations stay on: {case.perturbation.describe()}.")
+    ui.download("Download the sweep (CSV)", result.rows(), f"sweep_{kind.replace(' ', '_')}.csv", key="lab_download")

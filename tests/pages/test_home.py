@@ -1,0 +1,84 @@
+"""The home page and the shared sidebar: fresh start, deep links, every control, errors in words."""
+
+import pytest
+
+from tests.pages.conftest import app, messages
+
+SIDEBAR_CHANGES = {
+    "rows": 3,
+    "features": 5,
+    "depth": 2,
+    "broadcast": True,
+    "dtype": "float32",
+    "seed": 7,
+    "eps": 1e-3,
+    "step": 1e-5,
+    "noise1": 0.3,
+    "noise2": 0.2,
+    "norm1": 1.0,
+    "norm2": 10.0,
+    "near_zero": 2,
+    "near_zero_factor": 0.5,
+    "align": "antiparallel",
+    "align_angle": 10.0,
+    "inject": "nan",
+    "inject_count": 3,
+}
+
+
+def test_fresh_start_shows_the_verdicts_and_the_specimen():
+    at = app()
+    assert not at.exception
+    assert not messages(at)
+    table = at.dataframe[0].value
+    assert list(table["formula"]) == ["tutorial", "sign-fixed", "corrected"]
+    assert "BUG 1" in at.code[0].value and len(at.latex) >= 3
+    assert any("pass" in m.value and "corrected" in m.value and "agrees" in m.value for m in at.markdown)
+
+
+@pytest.mark.parametrize("key, value", list(SIDEBAR_CHANGES.items()))
+def test_each_sidebar_control_reruns_cleanly(key, value):
+    at = app()
+    widget = at.get_by_key(key)
+    assert widget is not None and widget.value != value  # a real change
+    widget.set_value(value).run()
+    assert not at.exception
+    assert at.dataframe or messages(at)  # a verdict, or a message in words
+
+
+def test_formulas_and_family_controls():
+    at = app()
+    at.multiselect(key="formulas_cosine").set_value(["norm-fixed", "corrected"]).run()
+    assert not at.exception and list(at.dataframe[0].value["formula"]) == ["norm-fixed", "corrected"]
+    at.multiselect(key="formulas_cosine").set_value([]).run()
+    assert not at.exception and any("at least one formula" in m for m in messages(at))
+
+
+def test_deep_link_reproduces_the_case():
+    at = app(rows="4", features="6", dtype="float32", formulas_cosine=["corrected"], dim="0")
+    assert not at.exception
+    assert at.number_input(key="rows").value == 4 and at.selectbox(key="dtype").value == "float32"
+    assert at.selectbox(key="dim").value == 0
+    assert list(at.dataframe[0].value["formula"]) == ["corrected"]
+
+
+def test_unavailable_device_is_explained_and_the_page_goes_on():
+    at = app(device="cuda")
+    assert not at.exception
+    assert any("CUDA is not available" in m for m in messages(at))
+    assert at.code and "BUG 1" in at.code[0].value  # the rest of the page still works
+
+
+def test_memory_guard_refuses_with_the_estimate_and_the_limit(monkeypatch):
+    monkeypatch.setenv("GRADIENT_LAB_MEMORY_MB", "1")
+    at = app(rows="512", features="512")
+    assert not at.exception
+    refusal = " ".join(messages(at))
+    assert "more than the budget of 1.0 MiB" in refusal and "about" in refusal
+
+
+def test_a_3d_shape_where_the_tutorial_raises_says_so():
+    at = app(depth="4")
+    assert not at.exception
+    assert any("tutorial" in m.value and "raised" in m.value for m in at.markdown)
+    assert any("corrected" in m.value and "agrees" in m.value for m in at.markdown)

@@ -1,0 +1,63 @@
+"""Views: what pages compute, refused in words before anything large is allocated."""
+
+import pytest
+
+from lib import views
+from lib.case import Case
+from lib.errors import LabError
+
+
+@pytest.fixture
+def no_inputs(monkeypatch):
+    """Building inputs is an error: a refusal must come before any allocation."""
+    monkeypatch.setattr(Case, "inputs", lambda self: pytest.fail("inputs were built before the refusal"))
+
+
+def test_verdicts_cover_every_chosen_formula():
+    reports = views.verdicts(Case(formulas=("tutorial", "corrected"), shape=(4, 6)))
+    assert [r.formula for r in reports] == ["tutorial", "corrected"]
+    assert [r.verdict.passed for r in reports] == [False, True]
+
+
+def test_unknown_or_no_formulas_are_explained():
+    with pytest.raises(LabError, match="no formula 'nope'"):
+        views.verdicts(Case(formulas=("nope",)))
+    with pytest.raises(LabError, match="at least one formula"):
+        views.verdicts(Case(formulas=()))
+
+
+def test_element_checks_refuse_huge_inputs_before_building_them(no_inputs):
+    with pytest.raises(LabError, match="up to 262,144 elements"):
+        views.gradient_report(Case(shape=(4096, 4096)), "corrected")
+
+
+def test_memory_guard_refuses_before_allocating(no_inputs, monkeypatch):
+    monkeypatch.setenv("GRADIENT_LAB_MEMORY_MB", "16")
+    with pytest.raises(LabError, match="more than the budget of 16.0 MiB"):
+        views.surface(Case(shape=(4096, 4096)), views.PlaneSpec(), 201, 1.0)
+    with pytest.raises(LabError, match="budget"):
+        views.training(Case(shape=(4096, 4096)), views.PlaneSpec(), "SGD", 0.1, 2000)
+
+
+def test_device_difference_on_the_cpu_is_zero():
+    diff = views.device_difference(Case(shape=(3, 4)), "corrected", "cpu")
+    assert diff.max_difference == {"x1": 0.0, "x2": 0.0}
+    assert diff.verdict_cpu == diff.verdict_device
+
+
+def test_landscape_views_return_plain_results():
+    case = Case(shape=(1, 2))
+    spec = views.PlaneSpec(mode="input plane")
+    surface = views.surface(case, spec, 11, 1.0)
+    assert surface.loss.shape == (11, 11)
+    field = views.field(case, spec, 5, 1.0)
+    assert set(field.directions) == {"tutorial", "corrected"}
+    runs = views.training(case, spec, "Adam", 0.05, 5)
+    assert set(runs.runs) == {"tutorial", "corrected"}
+
+
+def test_conformance_and_sweep_views():
+    checks = views.conformance(Case(shape=(3, 4), params=(("dim", -1), ("eps", 1e-8))), "corrected")
+    assert all(c.status == "pass" for c in checks), [(c.name, c.message) for c in checks if c.status != "pass"]
+    sweep = views.gradient_sweep(Case(shape=(3, 4)), "corrected")
+    assert set(sweep.errors) == {"float32", "float64"}
