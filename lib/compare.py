@@ -196,7 +196,7 @@ def _verdict(comparisons: Sequence[InputComparison], tolerances: Tolerances, fai
             if not np.isfinite(a).all() and np.isfinite(b).all():
                 return Verdict(False, f"fails: the {pair[0]} gradient is not finite: {c.non_finite[pair[0]].describe(c.name)}")
             excess = np.abs(a - b) - (tolerances.atol + tolerances.rtol * np.abs(b))
-            excess = np.where(np.isnan(a) & np.isnan(b), -1.0, excess)  # NaN on both sides agrees
+            excess = np.where(~np.isfinite(b), -1.0, excess)  # no verdict where the truth itself is not finite
             if (excess > 0).any() or np.isnan(excess).any():
                 index = np.unravel_index(int(np.nanargmax(np.where(np.isnan(excess), np.inf, excess))), a.shape)
                 at = f"{c.name}[{', '.join(map(str, index))}]"

@@ -114,7 +114,8 @@ def make_plane(
         raise LabError(f"There is no input {index}: {family.title} has {len(inputs)}.")
     x = inputs[index].detach()
     name = family.input_names[index]
-    generator = torch.Generator().manual_seed(seed)
+    # its own stream: seeded like the inputs, a plane would otherwise repeat the inputs themselves
+    generator = torch.Generator().manual_seed(seed + 1_000_003)
     if mode == "random":
         u, v = _filter_normalised(x, generator), _filter_normalised(x, generator)
         return Plane(mode, index, x, u, v, (0.0, 0.0), ("a: random direction 1 (× row norm)", "b: random direction 2 (× row norm)"), False)

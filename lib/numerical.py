@@ -13,7 +13,7 @@ reference, every element gets its own perturbation. Perturbed copies are evaluat
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Callable, Hashable, Iterator, Sequence
 
 import numpy as np
@@ -21,6 +21,7 @@ import torch
 
 Tensor = torch.Tensor
 DEFAULT_BUDGET_BYTES = 256 * 2**20
+GREEDY_WORK_LIMIT = 2e7  # pairs of columns the greedy colouring may look at (a few seconds of Python)
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class DifferencePlan:
     rows: np.ndarray | None  # the Jacobian's sparsity pattern (row, col), when colouring
     cols: np.ndarray | None
     source: str  # in words: where the structure came from, or why there is none
+    skip_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # outputs not finite at the point: left out of Jᵀv
     step: float = 0.0
     values: np.ndarray | None = None  # the Jacobian on the pattern at ``step``, found while checking
 
@@ -135,12 +137,13 @@ def jacobian_rows(function: Callable[..., Tensor], inputs: Sequence[Tensor], bud
 def jacobian_patterns(reference: Callable[..., Tensor], inputs: Sequence[Tensor], budget_bytes: int) -> list[tuple[np.ndarray, np.ndarray]]:
     """For each input, (row, col) of every entry of the reference's Jacobian that is not 0.
 
-    Read at a jittered point, so that a zero holding only at this point (a zero row, say) is not
-    taken for structure. NaN counts as an entry."""
+    Read at a jittered point with NaN and Inf replaced, so that neither a zero holding only at this
+    point (a zero row, say) nor a NaN spreading through 0·NaN is taken for structure."""
     generator = torch.Generator().manual_seed(0)
+    finite = [x.detach().nan_to_num(0.0, posinf=1.0, neginf=-1.0) for x in inputs]
     jittered = [
-        x.detach() + 1e-3 * (x.detach().abs().mean() + 1) * torch.randn(x.shape, generator=generator, dtype=torch.float64).to(x)
-        for x in inputs
+        x + 1e-3 * (x.abs().mean() + 1) * torch.randn(x.shape, generator=generator, dtype=torch.float64).to(x)
+        for x in finite
     ]
     found: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in inputs]
     for start, per_input in jacobian_rows(reference, jittered, budget_bytes):
@@ -154,11 +157,16 @@ def color_columns(rows: np.ndarray, cols: np.ndarray, n_cols: int) -> np.ndarray
     """A colour per column such that no two columns sharing a row share a colour.
 
     Columns in at most one row (every row-wise reduction) take their position within that row:
-    optimal, and vectorised. Otherwise greedy first-fit over the column intersection graph.
+    optimal, and vectorised. Otherwise greedy first-fit over the column intersection graph,
+    unless a row holds half the columns or more: then no colouring saves much, and the greedy
+    pass (quadratic in the row lengths) is skipped for one colour per column.
     """
     colors = np.zeros(n_cols, dtype=np.int64)
     if rows.size == 0:
         return colors
+    row_lengths = np.bincount(rows)
+    if 2 * row_lengths.max() >= n_cols or float((row_lengths.astype(np.float64) ** 2).sum()) > GREEDY_WORK_LIMIT:
+        return np.arange(n_cols, dtype=np.int64)
     per_col = np.bincount(cols, minlength=n_cols)
     if per_col.max() <= 1:
         order = np.lexsort((cols, rows))
@@ -197,8 +205,10 @@ def plan_differences(
     found for these input shapes are kept and reused (the structure does not depend on the
     values), so only the random-direction check is paid again."""
     with torch.no_grad():
-        m = function(*inputs).numel()
-    dense = lambda i, why: DifferencePlan(i, inputs[i].numel(), m, None, None, None, why)  # noqa: E731
+        output = function(*inputs)
+    m = output.numel()
+    skip = np.nonzero(~torch.isfinite(output).reshape(-1).cpu().numpy())[0]
+    dense = lambda i, why: DifferencePlan(i, inputs[i].numel(), m, None, None, None, why, skip_rows=skip)  # noqa: E731
     if reference is None:
         return [dense(i, "one perturbation per element: no reference to read the Jacobian's structure from") for i in range(len(inputs))]
     try:
@@ -209,7 +219,7 @@ def plan_differences(
     plans = []
     for i, (rows, cols, colors) in enumerate(structures):
         plan, why = _checked_plan(function, inputs, i, rows, cols, colors, m, step, budget_bytes)
-        plans.append(plan or dense(i, f"one perturbation per element: {why}"))
+        plans.append(replace(plan, skip_rows=skip) if plan else dense(i, f"one perturbation per element: {why}"))
     return plans
 
 
@@ -252,7 +262,7 @@ def _checked_plan(function, inputs, index, rows, cols, colors, m, step, budget_b
     if np.any(finite != np.isfinite(along)) or np.abs(along - predicted)[finite].max(initial=0.0) > tolerance * scale:
         return None, "the compressed differences disagreed with a random direction"
     source = f"{plan.n_groups} colour groups for {n} elements, from the reference's Jacobian pattern"
-    return DifferencePlan(index, n, m, colors, rows, cols, source, step, values), ""
+    return DifferencePlan(index, n, m, colors, rows, cols, source, step=step, values=values), ""
 
 
 # ---- what the plan gives ---------------------------------------------------------------------------
@@ -292,11 +302,19 @@ def numerical_jacobian(function, inputs, plan: DifferencePlan, step: float, budg
 def numerical_gradient(
     function, inputs, plan: DifferencePlan, upstream: Tensor, step: float, budget_bytes: int = DEFAULT_BUDGET_BYTES
 ) -> np.ndarray:
-    """Jᵀ·upstream for input ``plan.input_index``, in float64, shaped like the input."""
-    v = upstream.detach().double().cpu().reshape(-1).numpy()
+    """Jᵀ·upstream for input ``plan.input_index``, in float64, shaped like the input.
+
+    Outputs that are not finite at the point are left out: their derivative is undefined, and
+    they would otherwise make every element that shares a block with them NaN. Elements that
+    feed such an output are NaN where the pattern says so (compressed plans)."""
+    v = upstream.detach().double().cpu().reshape(-1).numpy().copy()
+    v[plan.skip_rows] = 0.0
     if plan.colors is not None:
         values = jacobian_values(function, inputs, plan, step, budget_bytes)
-        gradient = np.bincount(plan.cols, weights=values * v[plan.rows], minlength=plan.n_inputs)
+        used = np.isin(plan.rows, plan.skip_rows, invert=True)
+        gradient = np.bincount(plan.cols[used], weights=values[used] * v[plan.rows[used]], minlength=plan.n_inputs)
+        gradient[plan.cols[~used]] = np.nan  # elements feeding an undefined output: undefined too
     else:  # one group per element, in order: each block's rows are Jacobian columns
-        gradient = np.concatenate([block @ v for _, block in _blocks(function, inputs, plan, step, budget_bytes)])
+        blocks = (block for _, block in _blocks(function, inputs, plan, step, budget_bytes))
+        gradient = np.concatenate([np.delete(block, plan.skip_rows, axis=1) @ np.delete(v, plan.skip_rows) for block in blocks])
     return gradient.reshape(tuple(inputs[plan.input_index].shape))

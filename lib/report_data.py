@@ -15,8 +15,17 @@ from lib.compare import PAIRS, SOURCES, GradientReport, InputComparison, error_m
 
 # Heatmaps build one hover label per element: above this many, only a leading block is drawn.
 DRAW_LIMIT = 20_000
-# Rows of the per-element CSV: beyond this the download is cut (it is built on every rerun).
-ROW_LIMIT = 100_000
+# Rows of the per-element CSV: beyond this the download is cut (ui.download builds it on every rerun).
+ROW_LIMIT = 50_000
+
+
+def shown(value: float, spec: str = ".4g") -> str:
+    """``value`` formatted by ``spec``, or NaN / Inf / −Inf in words."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Inf" if value > 0 else "−Inf"
+    return format(value, spec)
 
 
 def pair_name(pair: tuple[str, str]) -> str:
@@ -95,6 +104,7 @@ def element_rows(report: GradientReport, limit: int = ROW_LIMIT) -> tuple[list[d
         columns = {source: c.gradients[source].reshape(-1)[:take].tolist() for source in SOURCES}
         for pair in PAIRS:
             columns[pair_name(pair)] = c.errors[pair].signed.reshape(-1)[:take].tolist()
+        for pair in PAIRS:
             columns[f"relative {pair_name(pair)}"] = c.errors[pair].relative.reshape(-1)[:take].tolist()
         indices = np.unravel_index(np.arange(take), shape) if shape else ()
         labels = ["[" + ", ".join(map(str, index)) + "]" for index in zip(*(i.tolist() for i in indices))] if shape else ["[]"]

@@ -19,15 +19,26 @@ import torch
 
 from lib.case import Case
 from lib.errors import LabError
+from lib.perturb import Perturbation
 from lib.tolerances import default_tolerances
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 
 
+def _perturbation_source(perturbation: Perturbation) -> str:
+    """``Perturbation(...)`` with only the fields that differ from their defaults."""
+    default = Perturbation()
+    changed = [f"{f.name}={getattr(perturbation, f.name)!r}" for f in fields(perturbation) if getattr(perturbation, f.name) != getattr(default, f.name)]
+    return f"Perturbation({', '.join(changed)})"
+
+
 def case_source(case: Case) -> str:
-    """``Case(...)`` as Python source, one field a line; evaluates (with Case and Perturbation in
-    scope) to a Case equal to ``case``."""
-    lines = [f"    {f.name}={getattr(case, f.name)!r}," for f in fields(case)]
+    """``Case(...)`` as Python source, one field a line (the perturbation with only its active
+    fields); evaluates, with Case and Perturbation in scope, to a Case equal to ``case``."""
+    lines = [
+        f"    {f.name}={_perturbation_source(case.perturbation) if f.name == 'perturbation' else repr(getattr(case, f.name))},"
+        for f in fields(case)
+    ]
     return "Case(\n" + "\n".join(lines) + "\n)"
 
 

@@ -62,7 +62,8 @@ SWEEPS: dict[str, SweepKind] = {
             "eps", _log_values(-12, 1), "eps (the norm clamp)", True,
             "eps matters only for rows whose norm is below it: with rows drawn at norm ≈ √features, the error "
             "is flat until eps passes the row norms, and then shows which formulas clamp the way PyTorch does. "
-            "Add near-zero rows in the sidebar (Perturbations) to see eps bite at small values too.",
+            "Add near-zero rows in the sidebar (Perturbations) to see eps bite at small values too; they sit at a multiple "
+            "of eps, so they move with it.",
         ),
         SweepKind(
             "near-zero norm", _log_values(-1, 1, 4), "row norm of input 1, in units of eps", True,
@@ -72,9 +73,11 @@ SWEEPS: dict[str, SweepKind] = {
         ),
         SweepKind(
             "angle", tuple(float(v) for v in np.linspace(0.0, 180.0, 13)), "angle between input 2 and input 1 (degrees)", False,
-            "Input 2 turned to a given angle from input 1, row by row (0°: parallel, 180°: antiparallel). At 0° "
-            "and 180° the true gradient vanishes (the similarity is at its extremes), so relative errors and "
-            "cosines there are round-off; a sign error shows as cosine −1 at every other angle.",
+            "Input 2 turned to a given angle from input 1, row by row (0°: parallel, 180°: antiparallel). A sign error "
+            "shows as cosine −1 at every angle. Without the normalisation, the tutorial's projection term, "
+            "(x1·x2)·x1, swamps its gradient except near 90°, where x1·x2 = 0 and it is merely flipped. At 0° and "
+            "180° the true gradient vanishes (the similarity is at its extreme), so every formula's relative error "
+            "and cosine there are round-off.",
         ),
         SweepKind(
             "dtype", tuple(DTYPES), "dtype of the inputs and the formula", False,

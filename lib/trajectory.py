@@ -56,7 +56,8 @@ class TrajectorySet:
     steps: int
     runs: dict[str, Trajectory]
     pca_paths: dict[str, np.ndarray]  # formula -> (steps + 1, 2) on the top two principal components
-    explained_variance: tuple[float, float]  # fraction of the paths' variance on PC1, PC2
+    explained_variance: tuple[float, float]  # fraction of the fitted paths' variance on PC1, PC2
+    pca_fitted_on: tuple[str, ...]  # the runs the components come from: those that did not diverge
     plane_labels: tuple[str, str]
 
 
@@ -122,13 +123,16 @@ def trajectories(
     for position, formula in enumerate(formulas):
         runs[formula], positions[formula] = _run(family, inputs, params, plane.index, formula, optimizer, learning_rate, steps, plane)
         report((position + 1) / len(formulas))
-    pca_paths, explained = _principal_paths(positions)
-    return TrajectorySet(optimizer, learning_rate, steps, runs, pca_paths, explained, plane.labels)
+    # a diverged run's positions grow without bound and would be all the components see
+    steady = tuple(f for f, run in runs.items() if run.diverged_at is None and run.problem is None) or tuple(runs)
+    pca_paths, explained = _principal_paths(positions, steady)
+    return TrajectorySet(optimizer, learning_rate, steps, runs, pca_paths, explained, steady, plane.labels)
 
 
-def _principal_paths(positions: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], tuple[float, float]]:
-    """All paths on the top two principal components of their finite positions together."""
-    stacked = np.concatenate([p[np.isfinite(p).all(axis=1)] for p in positions.values()]) if positions else np.zeros((0, 1))
+def _principal_paths(positions: dict[str, np.ndarray], fit_on: Sequence[str]) -> tuple[dict[str, np.ndarray], tuple[float, float]]:
+    """All paths on the top two principal components of the finite positions of ``fit_on``."""
+    fitted = [positions[f] for f in fit_on]
+    stacked = np.concatenate([p[np.isfinite(p).all(axis=1)] for p in fitted]) if fitted else np.zeros((0, 1))
     if stacked.shape[0] < 2:
         return {f: np.full((p.shape[0], 2), np.nan) for f, p in positions.items()}, (math.nan, math.nan)
     mean = stacked.mean(axis=0)

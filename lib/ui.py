@@ -25,6 +25,11 @@ from lib.family import Family, families
 from lib.perturb import ALIGNMENTS, INJECTIONS, Perturbation
 from lib.progress import listening
 
+try:  # Streamlit's own flag for "inside a cached function"; internal, so optional
+    from streamlit.runtime.scriptrunner_utils.script_run_context import in_cached_function
+except ImportError:  # pragma: no cover
+    in_cached_function = None
+
 URL = "query-params"
 MAX_ROWS, MAX_FEATURES, MAX_DEPTH = 4096, 4096, 64
 
@@ -117,12 +122,29 @@ def _cached(name: str, *args: Any) -> Any:
     return getattr(views, name)(*args)
 
 
+def _progress(bar, what: str) -> Callable[[float], None]:
+    """Moves ``bar`` from inside a cached call without recording the update in the cached
+    result (a replayed update would point at a bar that no longer exists)."""
+
+    def update(fraction: float) -> None:
+        if in_cached_function is None:  # this Streamlit keeps no such flag: nothing to hide
+            bar.progress(fraction, text=what)
+            return
+        token = in_cached_function.set(False)
+        try:
+            bar.progress(fraction, text=what)
+        finally:
+            in_cached_function.reset(token)
+
+    return update
+
+
 def compute(fn: Callable[..., Any], *args: Any, what: str = "Computing…") -> Any | None:
     """``fn(*args)`` from ``lib.views``, cached by its plain arguments, with a spinner and a
     progress bar; a LabError or any failure becomes a message on the page and None."""
     with guard(what.rstrip("…")):
         bar = st.empty()
-        with st.spinner(what), listening(lambda f: bar.progress(f, text=what)):
+        with st.spinner(what), listening(_progress(bar, what)):
             result = _cached(fn.__name__, *args)
         bar.empty()
         return result
@@ -173,12 +195,23 @@ def csv_text(rows: Sequence[dict]) -> str:
     return out.getvalue()
 
 
-def download(label: str, data: Sequence[dict] | dict, file_name: str, key: str) -> None:
-    """A CSV of rows (a list of dicts) or a JSON of anything else."""
+MIME = {".csv": "text/csv", ".json": "application/json", ".py": "text/x-python"}
+
+
+def file_text(data: Sequence[dict] | dict | str) -> str:
+    """Text as given, a dict as JSON, rows (a list of dicts) as CSV."""
+    if isinstance(data, str):
+        return data
     if isinstance(data, dict):
-        st.download_button(label, json.dumps(_plain(data), indent=1), file_name, "application/json", key=key)
-    else:
-        st.download_button(label, csv_text(data), file_name, "text/csv", key=key)
+        return json.dumps(_plain(data), indent=1)
+    return csv_text(data)
+
+
+def download(label: str, data: Sequence[dict] | dict | str | Callable[[], Any], file_name: str, key: str) -> None:
+    """A download button; ``data`` may be a callable, then the file is built only when clicked."""
+    content = (lambda: file_text(data())) if callable(data) else file_text(data)
+    mime = next((m for ext, m in MIME.items() if file_name.endswith(ext)), "text/plain")
+    st.download_button(label, content, file_name, mime, key=key)
 
 
 def grid_rows(a: np.ndarray, b: np.ndarray | None, **values: np.ndarray) -> list[dict]:

@@ -15,7 +15,7 @@ from lib.figures.check import (
     step_sweep_figure,
     worst_elements,
 )
-from lib.report_data import drawable, element_rows, pair_name, plan_sources, summary
+from lib.report_data import drawable, element_rows, pair_name, plan_sources, shown, summary
 from lib.reproduce import file_name, python_snippet
 
 URL = ui.URL
@@ -37,23 +37,23 @@ st.subheader("Verdict")
 report = ui.compute(views.gradient_report, case, formula, what=f"Checking {formula}…")
 if report is not None:
     sentence = f"**{formula}** {report.verdict.summary}."
-    (st.success if report.verdict.passed else st.error)(sentence, icon="✅" if report.verdict.passed else "❌")
+    (st.success if report.verdict.passed else st.error)(sentence, icon=":material/check_circle:" if report.verdict.passed else ":material/cancel:")
     cosine, loss, evaluations, forward = st.columns(4)
-    cosine.metric("Cosine to reference", f"{report.cosine:.4f}", help="1: the gradient points the right way; −1: it is flipped.")
-    loss.metric("Loss", f"{report.loss:.6g}", help="The family's loss at the reference's output.")
+    cosine.metric("Cosine to reference", shown(report.cosine, ".4f"), help="1: the gradient points the right way; −1: it is flipped.")
+    loss.metric("Loss", shown(report.loss, ".6g"), help="The family's loss at the reference's output.")
     evaluations.metric("Forward evaluations", f"{report.evaluations:,}", help="What the finite differences cost, all inputs together.")
-    forward.metric("Max |forward − reference|", f"{report.forward_max_error:.3g}", help="The formula's output against the reference's.")
+    forward.metric("Max |forward − reference|", shown(report.forward_max_error, ".3g"), help="The formula's output against the reference's.")
     st.caption(f"Finite differences (step {report.tolerances.step:g}, tolerance {report.tolerances.atol:g} + "
                f"{report.tolerances.rtol:g}·|b|): {plan_sources(report)}. {report.dtype} on {report.device}.")
     for note in report.notes:
-        st.warning(note, icon="⚠️")
+        st.warning(note, icon=":material/warning:")
     if report.failure:
-        st.error(f"The formula raised {report.failure}. Its gradients are blank below; the reference's are shown.", icon="🛑")
+        st.error(f"The formula raised {report.failure}. Its gradients are blank below; the reference's are shown.", icon=":material/error:")
 
 # ---- 2. element by element --------------------------------------------------------------------------
 if report is not None:
     st.subheader("Gradients and errors, element by element")
-    left, middle, right = st.columns([1, 1, 1])
+    left, middle, right = st.columns(3)
     name = left.selectbox("Input", family.input_names, key="check_input", bind=URL)
     pair = middle.selectbox("Error map", PAIRS, key="check_pair", bind=URL, format_func=pair_name,
                             help="Which two gradient sources to subtract: a − b.")
@@ -61,22 +61,29 @@ if report is not None:
     comparison = report.input(name)
     drawn = drawable(comparison)
     if drawn.cut:
-        st.info(drawn.describe(), icon="✂️")
+        st.info(drawn.describe(), icon=":material/content_cut:")
     ui.chart(gradient_heatmaps(drawn.comparison), key="check_gradients")
-    ui.chart(error_heatmap(drawn.comparison, pair, relative), key="check_errors")
-
-    st.subheader("Worst elements and the spread of errors")
-    table, histogram = st.columns([2, 3])
-    with table:
-        st.caption(f"The ten elements of {name} with the largest |{pair[0]} − {pair[1]}| (NaN/Inf left out).")
-        st.dataframe(worst_elements(comparison, pair), hide_index=True, width="stretch", key="check_worst")
-    with histogram:
-        ui.chart(error_histogram(report, pair), key="check_histogram")
+    if report.failure and "analytic" in pair:
+        st.info(f"The formula raised, so there is no analytic gradient to compare. Choose {pair_name(('reference', 'numerical'))} "
+                "above to see how the finite differences agree with autograd.")
+    else:
+        ui.chart(error_heatmap(drawn.comparison, pair, relative), key="check_errors")
+        st.subheader("Worst elements and the spread of errors")
+        table, histogram = st.columns(2)
+        with table:
+            st.caption(f"The elements of {name} with the largest |{pair[0]} − {pair[1]}| (ten at most, NaN/Inf left out).")
+            number = st.column_config.NumberColumn(format="%.4g")
+            st.dataframe(worst_elements(comparison, pair), hide_index=True, width="stretch", key="check_worst",
+                         column_config={column: number for column in ("analytic", "reference", "numerical", "abs error", "rel error")})
+        with histogram:
+            ui.chart(error_histogram(report, pair), key="check_histogram")
 
 # ---- 3. more checks, in tabs -------------------------------------------------------------------------
 jacobians_tab, sweep_tab, conformance_tab, devices_tab = st.tabs(["Jacobians", "Step sweep", "PyTorch's checks", "CPU vs accelerator"])
 with jacobians_tab:
-    if report is not None:
+    if report is None:
+        st.info("Nothing to show: the check above did not run.")
+    else:
         figure = jacobian_heatmaps(comparison)
         if figure is not None:
             ui.chart(figure, key="check_jacobians")
@@ -106,7 +113,7 @@ with devices_tab:
     accelerators = views.accelerators()
     if not accelerators:
         reasons = " ".join(device_problem(kind) or "" for kind in ("cuda", "mps"))
-        st.caption(f"No CUDA or MPS device is present, so the CPU has nothing to be compared with. {reasons}")
+        st.caption(f"No CUDA or MPS device is present to compare the CPU with. {reasons}")
     for device in accelerators:
         difference = ui.compute(views.device_difference, case, formula, device, what=f"Checking on the CPU and on {device}…")
         if difference is not None:
@@ -117,12 +124,10 @@ with devices_tab:
 # ---- 4. downloads and the script ------------------------------------------------------------------
 if report is not None:
     st.subheader("Downloads")
-    rows, left_out = element_rows(report)
     csv_column, json_column = st.columns(2)
-    with csv_column:
-        ui.download("Gradients and errors, one row per element (CSV)", rows, f"gradients_{formula}.csv", key="check_download_csv")
-        if left_out:
-            st.caption(f"The CSV stops after {len(rows):,} elements; {left_out:,} more are left out.")
+    with csv_column:  # built when clicked: a large case's CSV would slow every rerun
+        ui.download("Gradients and errors, one row per element (CSV)", lambda: element_rows(report, limit=2**31)[0],
+                    f"gradients_{formula}.csv", key="check_download_csv")
     with json_column:
         ui.download("Report summary (JSON)", summary(report, case), f"report_{formula}.json", key="check_download_json")
 
@@ -131,5 +136,5 @@ with ui.guard("Writing the script"):
     snippet = python_snippet(case, formula)
     st.caption("The same check as a standalone script: it rebuilds this case's inputs with the app's lib, then uses plain "
                "torch. Run it with the app's python from any directory.")
-    st.code(snippet, language="python")
-    st.download_button("Download the script (.py)", snippet, file_name(case, formula), "text/x-python", key="check_download_script")
+    st.code(snippet, language="python", height=480)
+    ui.download("Download the script (.py)", snippet, file_name(case, formula), key="check_download_script")

@@ -4,7 +4,8 @@ and where on the plane each formula's gradient is wrong."""
 import streamlit as st
 
 from lib import ui, views
-from lib.figures.landscape import error_field_figure, gradient_field_figure
+from lib.figures.fields import error_field_figures
+from lib.figures.landscape import gradient_field_figure
 from lib.landscape import PLANE_MODES
 from lib.tables import field_columns
 
@@ -30,8 +31,8 @@ names = case.get_family().input_names
 default_mode = "input plane" if case.shape[-1] == 2 else "random"
 plane_col, input_col, extra_a, extra_b, span_col, resolution_col = st.columns([3, 2, 2, 2, 3, 3])
 mode = plane_col.selectbox("Plane", PLANE_MODES, index=PLANE_MODES.index(default_mode), key="field_plane", bind=URL, help=PLANE_HELP)
-index = input_col.selectbox("Input that moves", list(range(len(names))), format_func=lambda i: names[i], key="field_input", bind=URL,
-                            help="The other inputs stay where they are.")
+moving = input_col.selectbox("Input that moves", names, key="field_input", bind=URL, help="The other inputs stay where they are.")
+index = names.index(moving)
 seed, coordinates, row = 0, (0, 1), 0
 if mode in ("random", "gradient"):
     seed = int(extra_a.number_input("Plane seed", 0, 2**31 - 1, 0, key="field_plane_seed", bind=URL, help="Draws the random direction(s)."))
@@ -44,9 +45,11 @@ elif mode == "coordinates":
 else:
     rows = sizes[index] // 2 if index < len(sizes) else 0
     row = int(extra_a.number_input("Row", 0, None, 0, key="field_row", bind=URL, help=f"Which row's two features span the plane: 0 … {max(rows - 1, 0)}."))
-span = span_col.select_slider("View half-width", SPANS, value=1.0, key="field_span", bind=URL, format_func=lambda v: f"±{v:g}",
+span = span_col.select_slider("View half-width (±)", SPANS, value=1.0, key="field_span", bind=URL, format_func=lambda v: f"{v:g}",
                               help="How far the view reaches from the current point, in the plane's own units.")
 resolution = int(resolution_col.slider("Arrows per side", 5, 41, 15, key="field_resolution", bind=URL))
+if mode == "input plane" and case.shape[-1] != 2:
+    st.caption(f"The input plane needs feature size 2 (this case has {case.shape[-1]}): set Features to 2 in the sidebar, or pick another plane.")
 spec = views.PlaneSpec(mode=mode, index=int(index), seed=seed, coordinates=coordinates, row=row)
 
 field = ui.compute(views.field, case, spec, resolution, span, what="Computing every formula's gradient on the plane…")
@@ -56,7 +59,8 @@ if field is not None:
     if field.directions:
         background = ui.compute(views.surface, case, spec, BACKGROUND_RESOLUTION, span, what="Computing the loss contours…")
         figure = gradient_field_figure(field, background)
-        figure.update_layout(height=680)
+        figure.update_layout(height=760)
+        figure.update_xaxes(constrain="domain")  # equal aspect in a wide column: no empty range beside the arrows
         ui.chart(figure, key="field_chart")
         st.caption(
             "Each arrow is a formula's −gradient projected on the plane: the way one step of gradient descent moves the "
@@ -65,14 +69,15 @@ if field is not None:
             "A correct formula's arrows head down the loss towards the ★; the tutorial's point away from it."
         )
 
-        mapped = [f for f in field.directions if f in field.errors]
-        if mapped:
+        if field.errors:
             st.subheader("Where each formula's gradient is wrong")
-            st.caption("‖analytic − reference‖ over the input at every point of the plane, on a log colour scale; blank cells are exactly 0.")
-            for start in range(0, len(mapped), 2):
-                columns = st.columns(2)
-                for column, formula in zip(columns, mapped[start : start + 2]):
+            st.caption("‖analytic − reference‖ over the whole input at every point of the plane, all maps on one log colour "
+                       "scale; ✕ marks the current point, blank cells are exactly 0.")
+            maps = list(error_field_figures(field).items())
+            per_row = min(3, len(maps))
+            for start in range(0, len(maps), per_row):
+                for column, (formula, figure) in zip(st.columns(per_row), maps[start : start + per_row]):
                     with column:
-                        ui.chart(error_field_figure(field, formula), key=f"field_error_{formula}")
+                        ui.chart(figure, key=f"field_error_{formula}")
         ui.download("Download the field (CSV)", ui.grid_rows(field.a, field.b, **field_columns(field)),
                     "gradient_field.csv", key="field_download")

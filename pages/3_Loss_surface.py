@@ -18,8 +18,8 @@ from lib.trajectory import OPTIMIZERS
 URL = "query-params"
 SPANS = [0.25, 0.5, 1.0, 2.0, 4.0]
 LEARNING_RATES = [1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0, 10.0]
-KINDS = {"2-D": "2-D surface", "1-D": "1-D slice"}
-VIEWS = {"contour": "contours", "3-D": "3-D"}
+KINDS = ("2-D surface", "1-D slice")
+VIEWS = ("contours", "3-D")
 PLANE_HELP = ("random: two Gaussian directions scaled to each row's norm · gradient: the descent direction and one "
               "orthogonal to it · coordinates: two chosen elements of the input · input plane: the actual plane of one "
               "row (needs feature size 2)")
@@ -40,8 +40,8 @@ names = case.get_family().input_names
 default_mode = "input plane" if case.shape[-1] == 2 else "random"
 plane_col, input_col, extra_a, extra_b, span_col = st.columns([3, 2, 2, 2, 3])
 mode = plane_col.selectbox("Plane", PLANE_MODES, index=PLANE_MODES.index(default_mode), key="surface_plane", bind=URL, help=PLANE_HELP)
-index = input_col.selectbox("Input that moves", list(range(len(names))), format_func=lambda i: names[i], key="surface_input", bind=URL,
-                            help="The other inputs stay where they are.")
+moving = input_col.selectbox("Input that moves", names, key="surface_input", bind=URL, help="The other inputs stay where they are.")
+index = names.index(moving)
 seed, coordinates, row = 0, (0, 1), 0
 if mode in ("random", "gradient"):
     seed = int(extra_a.number_input("Plane seed", 0, 2**31 - 1, 0, key="surface_plane_seed", bind=URL, help="Draws the random direction(s)."))
@@ -54,23 +54,25 @@ elif mode == "coordinates":
 else:
     rows = sizes[index] // 2 if index < len(sizes) else 0
     row = int(extra_a.number_input("Row", 0, None, 0, key="surface_row", bind=URL, help=f"Which row's two features span the plane: 0 … {max(rows - 1, 0)}."))
-span = span_col.select_slider("View half-width", SPANS, value=1.0, key="surface_span", bind=URL, format_func=lambda v: f"±{v:g}",
+span = span_col.select_slider("View half-width (±)", SPANS, value=1.0, key="surface_span", bind=URL, format_func=lambda v: f"{v:g}",
                               help="How far the view reaches from the current point, in the plane's own units.")
+if mode == "input plane" and case.shape[-1] != 2:
+    st.caption(f"The input plane needs feature size 2 (this case has {case.shape[-1]}): set Features to 2 in the sidebar, or pick another plane.")
 spec = views.PlaneSpec(mode=mode, index=int(index), seed=seed, coordinates=coordinates, row=row)
 
 # ---- the view ----
-kind_col, resolution_col, log_col, view_col, paths_col = st.columns([2, 3, 1, 2, 2], vertical_alignment="center")
-kind = kind_col.radio("Show", list(KINDS), format_func=KINDS.get, key="surface_kind", bind=URL, horizontal=True)
-one_dimensional = kind == "1-D"
+kind_col, resolution_col, view_col, log_col, paths_col = st.columns([3, 4, 3, 2, 3], vertical_alignment="center")
+kind = kind_col.radio("Show", KINDS, key="surface_kind", bind=URL, horizontal=True)
+one_dimensional = kind == "1-D slice"
 if one_dimensional:
     resolution = int(resolution_col.slider("Points along the line", 11, 401, 101, key="surface_slice_resolution", bind=URL))
 else:
     resolution = int(resolution_col.slider("Points per side", 5, 201, 51, key="surface_resolution", bind=URL,
                                            help="The cost grows with the square: 201 per side is 40,401 loss evaluations."))
 log = log_col.toggle("Log scale", False, key="surface_log", bind=URL)
-view = "contour"
+view = "contours"
 if not one_dimensional:
-    view = view_col.radio("Draw as", list(VIEWS), format_func=VIEWS.get, key="surface_view", bind=URL, horizontal=True)
+    view = view_col.radio("Draw as", VIEWS, key="surface_view", bind=URL, horizontal=True)
 paths = paths_col.toggle("Optimizer paths", False, key="surface_paths", bind=URL, help="Run an optimizer from the current point, driven by each formula's gradient.")
 optimizer, learning_rate, steps = "SGD", 0.1, 100
 if paths:
@@ -83,7 +85,7 @@ if paths:
 surface = ui.compute(views.surface, case, spec, resolution, span, one_dimensional,
                      what=f"Evaluating the loss on {resolution if one_dimensional else resolution**2:,} points…")
 runs = ui.compute(views.training, case, spec, optimizer, learning_rate, steps,
-                  what=f"Running {optimizer} for {steps} steps per formula…") if paths else None
+                  what=f"Running {optimizer} for {steps} steps per formula…") if paths and surface is not None else None
 
 if surface is not None:
     if one_dimensional:
@@ -103,14 +105,15 @@ if surface is not None:
 
 if runs is not None:
     st.subheader("Optimizer paths")
-    if one_dimensional or view != "contour":
+    if one_dimensional or view != "contours":
         st.caption("The paths are drawn on the plane in the 2-D contour view; here are their curves.")
     for formula, run in runs.runs.items():
         if run.problem:
             st.warning(f"**{formula}** raised an error, so its path stops early: {run.problem}", icon="⚠️")
         elif run.diverged_at is not None:
             st.warning(f"**{formula}** diverged at step {run.diverged_at}: its loss or gradient stopped being finite. Try a smaller learning rate.", icon="⚠️")
-    ui.chart(trajectory_curves_figure(runs), key="surface_curves_chart")
+    curves = trajectory_curves_figure(runs)
+    ui.chart(curves, key="surface_curves_chart")
     if index < len(sizes) and sizes[index] > 2:
         ui.chart(trajectory_pca_figure(runs), key="surface_pca_chart")
         st.caption(f"{names[index]} has {sizes[index]} elements, so the plane above shows only part of each path; "

@@ -30,7 +30,7 @@ if result is not None:
     for formula in result.formulas:
         raised = [(label, problem) for label, problem in zip(result.labels, result.problems[formula]) if problem]
         if raised:
-            where = ", ".join(label for label, _ in raised)
+            where = "every value" if len(raised) == len(result.values) else ", ".join(label for label, _ in raised)
             st.warning(f"**{formula}** raised at {where}, so it has no gradient there: {raised[0][1]}", icon="⚠️")
     if case.perturbation.active:
         st.caption(f"The sidebar's other perturbations stay on: {case.perturbation.describe()}.")

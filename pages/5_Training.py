@@ -3,7 +3,7 @@
 import streamlit as st
 
 from lib import ui, views
-from lib.figures.landscape import trajectory_curves_figure, trajectory_pca_figure
+from lib.figures.landscape import trajectory_curves_figure
 from lib.figures.training import training_summary
 from lib.tables import trajectory_rows
 from lib.trajectory import MAX_STEPS, OPTIMIZERS
@@ -41,7 +41,7 @@ if runs is not None:
     for row in summary:
         st.markdown(f":{BADGES[row['status']]}-badge[{row['status']}] **{row['formula']}**: {row['what happened'].rstrip('.')}.")
     figure = trajectory_curves_figure(runs)
-    figure.update_layout(height=430)
+    figure.update_layout(height=460)
     ui.chart(figure, key="train_curves_chart")
     st.caption(
         f"Loss: {family.description} When the loss is 1 − similarity, as for cosine similarity, the loss curve is the "
@@ -49,7 +49,4 @@ if runs is not None:
         "separate similarity curve is drawn. The middle panel is the cosine between the gradient each formula followed "
         "and the true one: −1 means it walks straight uphill."
     )
-    if sum(len(run.loss) for run in runs.runs.values()) > 2:
-        ui.chart(trajectory_pca_figure(runs), key="train_pca_chart")
-        st.caption(f"Where {moving} went: every formula's path on the top two principal components of all positions together.")
     ui.download("Download the trajectories (CSV)", trajectory_rows(runs), "training.csv", key="train_download")

@@ -124,3 +124,12 @@ def test_field_keeps_working_when_a_formula_raises():
     field = gradient_field(COSINE, x, PARAMS, plane, ["tutorial", "corrected"], resolution=3)
     assert "corrected" in field.directions and "tutorial" not in field.directions
     assert field.problems["tutorial"].startswith("RuntimeError")
+
+
+def test_random_plane_does_not_repeat_the_inputs_when_seeds_coincide():
+    x = inputs(seed=0)
+    plane = make_plane(COSINE, x, PARAMS, "random", seed=0)
+    for direction in (plane.u, plane.v):
+        for xi in x:
+            cos = torch.nn.functional.cosine_similarity(direction.reshape(-1), xi.reshape(-1), dim=0)
+            assert abs(float(cos)) < 0.5

@@ -127,3 +127,10 @@ def test_structure_is_found_once_per_key_and_shape(monkeypatch):
     plan_differences(corrected, cosine_reference, inputs((5, 7), (5, 7)), 1e-6, structure_key=key)  # new shape
     plan_differences(corrected, cosine_reference, inputs((5, 6), (5, 6)), 1e-6)  # no key: never cached
     assert len(calls) == 3
+
+
+def test_a_row_holding_half_the_columns_skips_the_greedy_colouring():
+    n = 1000
+    rows = np.concatenate([np.zeros(n // 2, dtype=np.int64), np.arange(1, n + 1)])
+    cols = np.concatenate([np.arange(n // 2), np.arange(n)])
+    np.testing.assert_array_equal(color_columns(rows, cols, n), np.arange(n))

@@ -55,3 +55,13 @@ def test_bad_settings_and_a_raising_formula():
     plane3 = make_plane(COSINE, x3, PARAMS)
     runs = trajectories(COSINE, x3, PARAMS, ["tutorial", "corrected"], plane3, steps=5).runs
     assert runs["tutorial"].problem.startswith("RuntimeError") and runs["corrected"].problem is None
+
+
+def test_principal_components_are_fitted_on_the_runs_that_did_not_diverge():
+    x = COSINE.build_inputs((8, 16), seed=0)
+    plane = make_plane(COSINE, x, PARAMS, "random")
+    result = trajectories(COSINE, x, PARAMS, ["tutorial", "corrected"], plane, optimizer="SGD", learning_rate=0.1, steps=200)
+    assert result.runs["tutorial"].diverged_at is not None
+    assert result.pca_fitted_on == ("corrected",)
+    corrected = result.pca_paths["corrected"]
+    assert np.abs(corrected).max() < 100  # on the scale of the corrected run, not of the blow-up

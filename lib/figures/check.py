@@ -74,7 +74,7 @@ def _panels(title: str, panels: dict[str, tuple[np.ndarray, np.ndarray]], x_titl
         fig.add_trace(
             go.Heatmap(
                 z=z, text=text, name=name, zmin=-limit, zmax=limit, colorscale=DIVERGING,
-                showscale=col == len(panels), colorbar={"title": {"text": value}}, hoverongaps=False,
+                showscale=col == len(panels), colorbar={"title": {"text": value}, "exponentformat": "power"}, hoverongaps=False,
                 hovertemplate=f"%{{text}}<br>{name}: %{{z:.6g}}<extra></extra>",
             ),
             row=1, col=col,
@@ -129,7 +129,7 @@ def error_heatmap(comparison: InputComparison, pair: Pair = DEFAULT_PAIR, relati
         z, text, x_title, y_title = _grid(errors.signed, name)
         heatmap = go.Heatmap(
             z=z, text=text, colorscale=DIVERGING, zmid=0.0, hoverongaps=False,
-            colorbar={"title": {"text": f"{a} − {b}"}},
+            colorbar={"title": {"text": f"{a} − {b}"}, "exponentformat": "power"},
             hovertemplate=f"%{{text}}<br>{a} − {b}: %{{z:.6g}}<extra></extra>",
         )  # fmt: skip
         what, marker_name, peak = f"signed error {a} − {b}", f"worst |{a} − {b}|", f"max |·| {errors.max_abs:.3g}"

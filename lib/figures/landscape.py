@@ -116,7 +116,7 @@ def gradient_field_figure(field: GradientField, surface: Surface | None = None) 
     formula, one common scale), over the loss contours when given, with the target marked."""
     fig = go.Figure()
     if surface is not None:
-        fig.add_trace(go.Contour(x=surface.a, y=surface.b, z=surface.loss, colorscale="Greys", showscale=False, opacity=0.35,
+        fig.add_trace(go.Contour(x=surface.a, y=surface.b, z=surface.loss, colorscale="Greys", showscale=False, opacity=0.6,
                                  name="loss", hovertemplate="a=%{x:.4g}<br>b=%{y:.4g}<br>loss=%{z:.6g}<extra></extra>",
                                  contours={"coloring": "lines"}))
     cell = min(np.diff(field.a).mean(), np.diff(field.b).mean()) if field.a.size > 1 else 1.0
@@ -179,7 +179,10 @@ def trajectory_curves_figure(trajectories: TrajectorySet) -> go.Figure:
     fig.update_yaxes(title_text="cosine", range=[-1.05, 1.05], row=1, col=2)
     fig.update_yaxes(title_text="gradient norm", type="log", row=1, col=3)
     title = f"{trajectories.optimizer}, learning rate {trajectories.learning_rate:g}, {trajectories.steps} steps"
-    return base_layout(fig, title)
+    base_layout(fig, title)
+    # below the panels: above them it would cover the panel titles
+    fig.update_layout(legend={"orientation": "h", "yanchor": "top", "y": -0.18, "xanchor": "left", "x": 0.0}, margin={"b": 90})
+    return fig
 
 
 def trajectory_pca_figure(trajectories: TrajectorySet) -> go.Figure:
@@ -187,5 +190,13 @@ def trajectory_pca_figure(trajectories: TrajectorySet) -> go.Figure:
     fig = go.Figure([_path_trace(formula, trajectories.pca_paths[formula], position)
                      for position, formula in enumerate(trajectories.runs)])
     first, second = trajectories.explained_variance
-    return base_layout(fig, "Optimizer paths on their top two principal components",
+    # the view frames the runs the components were fitted on; a diverged path runs off it
+    framed = np.concatenate([trajectories.pca_paths[f] for f in trajectories.pca_fitted_on]) if trajectories.pca_fitted_on else None
+    if framed is not None and np.isfinite(framed).any():
+        for axis, column in (("xaxis", 0), ("yaxis", 1)):
+            low, high = np.nanmin(framed[:, column]), np.nanmax(framed[:, column])
+            pad = 0.1 * (high - low) or 1.0
+            fig.update_layout({axis: {"range": [low - pad, high + pad]}})
+    note = "" if len(trajectories.pca_fitted_on) == len(trajectories.runs) else f" (fitted on {', '.join(trajectories.pca_fitted_on)}: the others diverged)"
+    return base_layout(fig, "Optimizer paths on their top two principal components" + note,
                        f"PC1 ({first:.1%} of variance)", f"PC2 ({second:.1%} of variance)")

@@ -11,6 +11,7 @@ from lib.figures.style import base_layout, color_for
 from lib.sweeps import METRIC_TITLES, METRICS, SweepResult
 
 ERROR_METRICS = ("max abs error", "max relative error")
+DASHES = ("solid", "dash", "dot", "dashdot", "longdash")
 
 
 def _floor(values: list[np.ndarray]) -> float:
@@ -42,7 +43,8 @@ def sweep_figure(result: SweepResult, metric: str = "max abs error") -> go.Figur
             for v, n in zip(values, result.non_finite[formula])
         ]
         fig.add_trace(go.Scatter(
-            x=x, y=shown, mode="lines+markers", name=formula, line={"color": color, "width": 2},
+            x=x, y=shown, mode="lines+markers", name=formula, legendgroup=formula,
+            line={"color": color, "width": 2, "dash": DASHES[position % len(DASHES)]},  # overlapping lines stay visible
             marker={"size": 7, "color": color}, customdata=np.stack([values, np.array(result.labels, dtype=object), np.array(notes, dtype=object)], axis=1),
             hovertemplate=f"{formula}<br>{result.axis_title}: %{{customdata[1]}}<br>{metric}: %{{customdata[0]:.4g}}%{{customdata[2]}}<extra></extra>",
         ))
@@ -66,7 +68,16 @@ def sweep_figure(result: SweepResult, metric: str = "max abs error") -> go.Figur
     else:
         fig.update_yaxes(range=[-1.1, 1.1], zeroline=True)
     if result.log_x and not categorical:
-        fig.update_xaxes(exponentformat="power")
+        decades = math.log10(max(x) / min(x)) if min(x) > 0 else 0.0
+        if decades > 3:  # a tick per decade, without the 2s and 5s between
+            fig.update_xaxes(exponentformat="power", dtick=1)
+        else:  # a short range: a tick at every swept value, labelled as the sweep labels it
+            fig.update_xaxes(tickvals=x, ticktext=list(result.labels))
+    elif result.kind == "angle":
+        fig.update_xaxes(dtick=30)
     dtype = "each dtype" if result.dtype == "each" else result.dtype
     title = f"{metric.capitalize()} of each formula's gradient as the {result.kind} changes ({dtype}, reference in float64)"
-    return base_layout(fig, title, result.axis_title, METRIC_TITLES[metric] + (" (log scale)" if log_y else ""))
+    base_layout(fig, title, result.axis_title, METRIC_TITLES[metric] + (" (log scale)" if log_y else ""))
+    # the legend beside the plot: any number of formulas, clear of the title
+    fig.update_layout(legend={"orientation": "v", "x": 1.01, "xanchor": "left", "y": 1.0, "yanchor": "top"}, margin={"r": 150})
+    return fig

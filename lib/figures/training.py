@@ -22,9 +22,11 @@ def outcome(run: Trajectory) -> tuple[str, str]:
     """(status, what happened in words a user can act on) for one run; status is one of STATUSES."""
     if run.problem:
         return "raised", f"raised at step {_first_missing_step(run)}, so it stopped: {run.problem}"
-    if run.diverged_at is not None:
-        return "diverged", f"diverged at step {run.diverged_at}: its loss, gradient or input stopped being finite; try a smaller learning rate"
     change = run.loss_change
+    if run.diverged_at is not None:
+        before = f" (the loss had gone {'up' if change > 0 else 'down'} by {abs(change):.3g})" if math.isfinite(change) and change else ""
+        return "diverged", (f"diverged at step {run.diverged_at}{before}: its loss, gradient or input stopped being finite "
+                            "or blew up; try a smaller learning rate")
     finite = run.loss[np.isfinite(run.loss)]
     scale = max(float(np.abs(finite).max()) if finite.size else 0.0, 1e-12)
     if not math.isfinite(change) or abs(change) <= 1e-9 * scale:

@@ -1,0 +1,123 @@
+"""The Gradient check page: fresh start, deep links, every control, broken settings in words."""
+
+import json
+
+import pytest
+
+from lib import views
+from lib.devices import device_problem
+from tests.pages.conftest import app
+
+PAGE = "pages/1_Gradient_check.py"
+
+
+def titles(at) -> list[str]:
+    return [json.loads(chart.proto.spec)["layout"]["title"]["text"] for chart in at.get("plotly_chart")]
+
+
+def has(at, words: str) -> bool:
+    return any(words in t for t in titles(at))
+
+
+def boxes(at, kind: str) -> list[str]:
+    return [e.value for e in getattr(at, kind)]
+
+
+def test_fresh_start_shows_the_verdict_maps_table_jacobians_downloads_and_script():
+    at = app(PAGE)
+    assert not at.exception
+    assert at.selectbox(key="check_formula").value == "tutorial"
+    assert boxes(at, "error") == [next(e for e in boxes(at, "error") if e.startswith("**tutorial** fails"))]  # the verdict only
+    assert [m.label for m in at.metric] == ["Cosine to reference", "Loss", "Forward evaluations", "Max |forward − reference|"]
+    assert float(at.metric[0].value) < 0  # the tutorial's gradient is flipped
+    assert any("colour groups" in c.value for c in at.caption)  # how the finite differences were taken
+    shown = titles(at)
+    assert len(shown) == 4
+    assert "Gradient of the loss w.r.t. x1 (8, 16)" in shown[0] and "signed error analytic − reference" in shown[1]
+    assert "distribution of |analytic − reference|" in shown[2] and "Jacobian d output / d x1" in shown[3]
+    assert len(at.dataframe) == 1 and len(at.dataframe[0].value) == 10  # the worst elements
+    assert len(at.get("download_button")) == 3  # CSV, JSON, the script
+    assert "torch.autograd.gradcheck(" in at.code[0].value and "formula = 'tutorial'" in at.code[0].value
+
+
+@pytest.mark.skipif(bool(views.accelerators()), reason="this machine has an accelerator: the note is not shown")
+def test_without_an_accelerator_the_page_says_why():
+    at = app(PAGE)
+    note = next(c.value for c in at.caption if "No CUDA or MPS device" in c.value)
+    assert device_problem("cuda") in note and device_problem("mps") in note
+
+
+@pytest.mark.skipif(not views.accelerators(), reason="no CUDA or MPS device on this machine")
+def test_with_an_accelerator_the_cpu_and_the_device_are_compared():
+    at = app(PAGE)
+    assert not at.exception
+    for device in views.accelerators():
+        table = at.get_by_key(f"check_device_{device}").value
+        assert list(table["input"]) == ["x1", "x2"]
+
+
+def test_every_control_reruns_cleanly():
+    at = app(PAGE)
+    steps = [
+        ("check_formula", "corrected", lambda: boxes(at, "success")[0].startswith("**corrected** passes")),
+        ("check_input", "x2", lambda: has(at, "w.r.t. x2") and has(at, "x2: signed error")),
+        ("check_pair", ("analytic", "numerical"), lambda: has(at, "signed error analytic − numerical")),
+        ("check_pair", ("reference", "numerical"), lambda: has(at, "distribution of |reference − numerical|")),
+        ("check_relative", True, lambda: has(at, "relative error |reference − numerical| / |numerical|")),
+        ("check_sweep", True, lambda: has(at, "Finite-difference step sweep")),
+        ("check_conformance", True, lambda: has(at, "Conformance:")),
+        ("check_formula", "sign-fixed", lambda: boxes(at, "error")[0].startswith("**sign-fixed** fails")),
+        ("check_relative", False, lambda: has(at, "x2: signed error reference − numerical")),
+        ("check_sweep", False, lambda: not has(at, "step sweep")),
+        ("check_conformance", False, lambda: not has(at, "Conformance")),
+    ]
+    for key, value, shows in steps:
+        at.get_by_key(key).set_value(value).run()
+        assert not at.exception, key
+        assert at.get_by_key(key).value == value
+        assert shows(), (key, value, titles(at))
+
+
+def test_deep_link():
+    at = app(PAGE, check_formula="corrected", check_pair="reference-numerical", check_input="x2", check_sweep="true",
+             rows="4", features="6", formulas_cosine=["tutorial", "corrected"])
+    assert not at.exception
+    assert at.multiselect(key="formulas_cosine").value == ["tutorial", "corrected"]
+    assert at.selectbox(key="check_formula").options == ["tutorial", "corrected"]
+    assert at.selectbox(key="check_formula").value == "corrected"
+    assert boxes(at, "success")[0].startswith("**corrected** passes") and not boxes(at, "error")
+    assert has(at, "w.r.t. x2 (4, 6)") and has(at, "signed error reference − numerical") and has(at, "step sweep")
+    assert "shape=(4, 6)," in at.code[0].value and "formula = 'corrected'" in at.code[0].value
+
+
+def test_an_unusable_device_is_a_message_and_the_rest_of_the_page_works():
+    at = app(PAGE, device="cuda")
+    assert not at.exception
+    assert any("cannot be used" in e and "CUDA is not available" in e for e in boxes(at, "error"))
+    assert not titles(at)
+    assert "device='cuda'," in at.code[0].value  # the script is still there
+
+
+def test_a_backward_that_raises_is_a_message_with_the_reference_still_drawn():
+    at = app(PAGE, depth="3")  # the tutorial's backward reduces the wrong dim of a 3-D input
+    assert not at.exception
+    errors = boxes(at, "error")
+    assert errors[0].startswith("**tutorial** fails: the formula raised in backward")
+    assert any(e.startswith("The formula raised in backward: RuntimeError") for e in errors)
+    assert any("no analytic gradient to compare" in i for i in boxes(at, "info"))  # no error map of it, and why
+    assert any("the formula raised" in i for i in boxes(at, "info"))  # no Jacobians, and why
+    assert titles(at) == [next(t for t in titles(at) if "w.r.t. x1 (8, 16, 3)" in t)]  # the reference's gradient still drawn
+    assert at.metric[0].value == "NaN"
+    at.selectbox(key="check_pair").set_value(("reference", "numerical")).run()  # what can still be compared
+    assert not at.exception
+    assert has(at, "signed error reference − numerical") and has(at, "distribution of |reference − numerical|")
+
+
+def test_a_large_input_is_drawn_for_its_first_rows_only():
+    at = app(PAGE, rows="160", features="128")  # 20,480 elements per input
+    assert not at.exception
+    cut = next(i for i in boxes(at, "info") if "first rows only" in i)
+    assert "x1[:156, :]" in cut
+    heatmap = json.loads(at.get("plotly_chart")[0].proto.spec)["data"][0]
+    assert heatmap["z"]["shape"].replace(" ", "") == "156,128"  # plotly's typed array
+    assert any("No Jacobians for x1" in i for i in boxes(at, "info"))

@@ -1,0 +1,45 @@
+"""CSV rows of landscape results: every grid point and every step, named columns, no surprises."""
+
+import math
+
+import numpy as np
+
+from lib.family import get_family
+from lib.landscape import gradient_field, make_plane
+from lib.tables import field_columns, trajectory_rows
+from lib.trajectory import trajectories
+
+COSINE = get_family("cosine")
+PARAMS = dict(COSINE.params)
+X = COSINE.build_inputs((3, 2), seed=0)
+PLANE = make_plane(COSINE, X, PARAMS, "input plane", row=1)
+
+
+def test_field_columns_name_each_formulas_directions_and_error():
+    field = gradient_field(COSINE, X, PARAMS, PLANE, ["tutorial", "corrected"], resolution=4)
+    columns = field_columns(field)
+    assert list(columns) == ["tutorial d_a", "tutorial d_b", "tutorial error", "corrected d_a", "corrected d_b", "corrected error"]
+    assert all(v.shape == (4, 4) for v in columns.values())
+    np.testing.assert_array_equal(columns["tutorial d_b"], field.directions["tutorial"][1])
+    assert columns["corrected error"].max() < 1e-12 < columns["tutorial error"].max()
+
+
+def test_trajectory_rows_have_every_step_and_blank_the_last_gradient():
+    runs = trajectories(COSINE, X, PARAMS, ["tutorial", "corrected"], PLANE, optimizer="SGD", learning_rate=0.1, steps=5)
+    rows = trajectory_rows(runs)
+    assert len(rows) == 2 * 6
+    assert list(rows[0]) == ["formula", "step", "loss", "cosine", "gradient norm", "plane a", "plane b"]
+    assert [r["step"] for r in rows[:6]] == list(range(6)) and rows[6]["formula"] == "corrected"
+    assert math.isnan(rows[5]["cosine"]) and math.isnan(rows[5]["gradient norm"])  # no step from the last position
+    assert rows[0]["cosine"] < 0 < 0.99 < rows[6]["cosine"]  # the tutorial follows a flipped gradient
+    corrected = runs.runs["corrected"]
+    assert rows[6 + 5]["loss"] == corrected.loss[5] and rows[6 + 2]["plane a"] == corrected.plane_path[2, 0]
+    assert all(isinstance(v, float) for r in rows for k, v in r.items() if k not in ("formula", "step"))
+
+
+def test_trajectory_rows_keep_a_divergence_as_nan():
+    runs = trajectories(COSINE, X, PARAMS, ["tutorial"], PLANE, optimizer="SGD", learning_rate=10.0, steps=20)
+    stop = runs.runs["tutorial"].diverged_at
+    rows = trajectory_rows(runs)
+    assert len(rows) == 21 and stop is not None
+    assert math.isfinite(rows[0]["loss"]) and all(math.isnan(r["loss"]) for r in rows[stop + 1 :])
