@@ -11,18 +11,13 @@ from lib.figures.landscape import (
     trajectory_curves_figure,
     trajectory_pca_figure,
 )
-from lib.landscape import PLANE_MODES
 from lib.tables import trajectory_rows
 from lib.trajectory import OPTIMIZERS
 
 URL = "query-params"
-SPANS = [0.25, 0.5, 1.0, 2.0, 4.0]
 LEARNING_RATES = [1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0, 10.0]
 KINDS = ("2-D surface", "1-D slice")
 VIEWS = ("contours", "3-D")
-PLANE_HELP = ("random: two Gaussian directions scaled to each row's norm · gradient: the descent direction and one "
-              "orthogonal to it · coordinates: two chosen elements of the input · input plane: the actual plane of one "
-              "row (needs feature size 2)")
 
 case = ui.page_setup(
     "Loss surface",
@@ -37,28 +32,8 @@ if sizes is None:
 names = case.get_family().input_names
 
 # ---- the plane ----
-default_mode = "input plane" if case.shape[-1] == 2 else "random"
-plane_col, input_col, extra_a, extra_b, span_col = st.columns([3, 2, 2, 2, 3])
-mode = plane_col.selectbox("Plane", PLANE_MODES, index=PLANE_MODES.index(default_mode), key="surface_plane", bind=URL, help=PLANE_HELP)
-moving = input_col.selectbox("Input that moves", names, key="surface_input", bind=URL, help="The other inputs stay where they are.")
-index = names.index(moving)
-seed, coordinates, row = 0, (0, 1), 0
-if mode in ("random", "gradient"):
-    seed = int(extra_a.number_input("Plane seed", 0, 2**31 - 1, 0, key="surface_plane_seed", bind=URL, help="Draws the random direction(s)."))
-elif mode == "coordinates":
-    last = max(sizes[index] - 1, 0) if index < len(sizes) else 0
-    coordinates = (
-        int(extra_a.number_input("Coordinate a", 0, None, 0, key="surface_coord_a", bind=URL, help=f"A flat index into {names[index]}: 0 … {last}.")),
-        int(extra_b.number_input("Coordinate b", 0, None, 1, key="surface_coord_b", bind=URL, help=f"A flat index into {names[index]}: 0 … {last}.")),
-    )
-else:
-    rows = sizes[index] // 2 if index < len(sizes) else 0
-    row = int(extra_a.number_input("Row", 0, None, 0, key="surface_row", bind=URL, help=f"Which row's two features span the plane: 0 … {max(rows - 1, 0)}."))
-span = span_col.select_slider("View half-width (±)", SPANS, value=1.0, key="surface_span", bind=URL, format_func=lambda v: f"{v:g}",
-                              help="How far the view reaches from the current point, in the plane's own units.")
-if mode == "input plane" and case.shape[-1] != 2:
-    st.caption(f"The input plane needs feature size 2 (this case has {case.shape[-1]}): set Features to 2 in the sidebar, or pick another plane.")
-spec = views.PlaneSpec(mode=mode, index=int(index), seed=seed, coordinates=coordinates, row=row)
+spec, span = ui.plane_controls("surface", case, sizes, st.columns([3, 2, 2, 2, 3]))
+index = spec.index
 
 # ---- the view ----
 kind_col, resolution_col, view_col, log_col, paths_col = st.columns([3, 4, 3, 2, 3], vertical_alignment="center")
