@@ -11,26 +11,16 @@ against the analytic gradient, and last ``speedup_vs_gradcheck=S``. Target: S >=
 
 from __future__ import annotations
 
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.timing import median_seconds  # noqa: E402
 from lib.compare import compare_gradients  # noqa: E402
 from lib.family import get_family  # noqa: E402
 from lib.numerical import _STRUCTURES  # noqa: E402
-
-
-def seconds(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def main() -> None:
@@ -50,9 +40,9 @@ def main() -> None:
         return engine()
 
     report = engine()  # warm-up, and the numbers to print
-    t_cold = seconds(engine_cold, 7)
-    t_engine = seconds(engine, 7)
-    t_gradcheck = seconds(gradcheck, 2)
+    t_cold = median_seconds(engine_cold, 15)
+    t_engine = median_seconds(engine, 15)
+    t_gradcheck = median_seconds(gradcheck, 2)
     max_error = max(c.errors[("analytic", "numerical")].max_abs for c in report.inputs)
     print(f"engine: {t_cold * 1e3:.1f} ms with the structure found afresh, {t_engine * 1e3:.1f} ms with it cached "
           f"({report.evaluations} forward evaluations; {report.inputs[0].plan.source})")

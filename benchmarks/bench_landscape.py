@@ -13,13 +13,13 @@ from __future__ import annotations
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.timing import median_seconds  # noqa: E402
 from lib.family import get_family  # noqa: E402
 from lib.landscape import loss_surface, make_plane  # noqa: E402
 
@@ -32,15 +32,6 @@ def status_bytes(field: str) -> int:
         if line.startswith(field + ":"):
             return int(line.split()[1]) * 1024  # reported in kB
     raise KeyError(field)
-
-
-def median_seconds(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def setup():

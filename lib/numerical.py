@@ -54,8 +54,8 @@ class DifferencePlan:
 
 
 def _chunk_size(input_elements: int, output_elements: int, itemsize: int, budget_bytes: int) -> int:
-    # a perturbed copy, its output and the seed row, with slack for the function's temporaries
-    per_direction = (4 * input_elements + 2 * output_elements) * itemsize
+    # the plus and minus copies, their outputs, with slack for the function's temporaries
+    per_direction = (6 * input_elements + 2 * output_elements) * itemsize
     return max(1, budget_bytes // max(per_direction, 1))
 
 
@@ -71,19 +71,20 @@ def _evaluate_batch(function: Callable[..., Tensor], inputs: Sequence[Tensor], i
         return torch.stack([at(x) for x in batch])
 
 
-def _difference(function, inputs, index: int, plus: Tensor, minus: Tensor, step: float) -> Tensor:
-    """(f(plus) − f(minus)) / 2h over a batch of perturbed copies, flattened to (k, outputs)."""
+def _difference(function, inputs, index: int, both: Tensor, step: float) -> Tensor:
+    """(f(x + h·d) − f(x − h·d)) / 2h for a batch holding the k plus copies, then the k minus
+    copies (one evaluation call for both), flattened to (k, outputs)."""
+    k = both.shape[0] // 2
     with torch.no_grad():
-        high = _evaluate_batch(function, inputs, index, plus)
-        low = _evaluate_batch(function, inputs, index, minus)
-    return ((high - low) / (2 * step)).reshape(plus.shape[0], -1)
+        values = _evaluate_batch(function, inputs, index, both)
+    return ((values[:k] - values[k:]) / (2 * step)).reshape(k, -1)
 
 
 def along_direction(function, inputs, index: int, direction: Tensor, step: float) -> Tensor:
     """The central difference along one direction of input ``index``: (outputs,)."""
     x = inputs[index]
     d = step * direction.to(x)
-    return _difference(function, inputs, index, (x + d)[None], (x - d)[None], step)[0]
+    return _difference(function, inputs, index, torch.stack([x + d, x - d]), step)[0]
 
 
 def group_differences(function, inputs, plan: DifferencePlan, step: float, chunk: int) -> Iterator[tuple[int, Tensor]]:
@@ -99,11 +100,11 @@ def group_differences(function, inputs, plan: DifferencePlan, step: float, chunk
         k = min(chunk, plan.n_groups - start)
         elements = order[bounds[i] : bounds[i + 1]].to(x.device)
         rows = (group[order[bounds[i] : bounds[i + 1]]] - start).to(x.device)
-        # one copy per group, then ±h written at that group's elements: two passes over the batch
-        plus, minus = flat.repeat(k, 1), flat.repeat(k, 1)
-        plus[rows, elements] += step
-        minus[rows, elements] -= step
-        yield start, _difference(function, inputs, plan.input_index, plus.reshape(k, *x.shape), minus.reshape(k, *x.shape), step)
+        # a copy per group and sign, then ±h written at that group's elements: one pass over the batch
+        both = flat.repeat(2 * k, 1)
+        both[rows, elements] += step
+        both[rows + k, elements] -= step
+        yield start, _difference(function, inputs, plan.input_index, both.reshape(2 * k, *x.shape), step)
 
 
 # ---- discovering structure -------------------------------------------------------------------------
