@@ -40,16 +40,19 @@ with ui.guard("Showing the formulas"):
     left, middle = st.columns(2)
     with left:
         st.markdown(f"**What {wrong.name if wrong else 'it'} computes**")
-        if wrong:
+        if wrong and wrong.latex:
             st.latex(wrong.latex)
     with middle:
         st.markdown("**What it should compute** (autograd through the reference)")
-        st.latex(family.gradient_latex)
-        if right:
+        if family.gradient_latex:
+            st.latex(family.gradient_latex)
+        if right and right.latex:
             st.latex(right.latex)
-    st.markdown("**Forward:**")
-    st.latex(family.forward_latex)
+    if family.forward_latex:
+        st.markdown("**Forward:**")
+        st.latex(family.forward_latex)
     with st.expander("Every formula of this family"):
         for name, formula in family.formulas.items():
             st.markdown(f"{':green-badge[correct]' if formula.correct else ':red-badge[buggy]'} **{name}**: {formula.summary}")
-            st.latex(formula.latex)
+            if formula.latex:
+                st.latex(formula.latex)

@@ -85,3 +85,55 @@ def get_family(name: str) -> Family:
         return known[name]
     except KeyError:
         raise KeyError(f"no family named {name!r}; known: {', '.join(known)}") from None
+
+
+def _same_shaped_normals(names: tuple[str, ...]) -> Callable[..., tuple[Tensor, ...]]:
+    def build_inputs(shape, *, seed=0, dtype=torch.float64, device="cpu", broadcast=False, **_params):
+        generator = torch.Generator().manual_seed(seed)
+        draws = [torch.randn(tuple(shape), generator=generator, dtype=torch.float64) for _ in names]
+        return tuple(x.to(dtype=dtype, device=device) for x in draws)
+
+    return build_inputs
+
+
+def declare(
+    name: str,
+    formulas: Mapping[str, Callable[..., Tensor] | type[torch.autograd.Function]],
+    *,
+    reference: Callable[..., Tensor] | None = None,
+    inputs: tuple[str, ...] = ("x",),
+    correct: tuple[str, ...] = (),
+    build_inputs: Callable[..., tuple[Tensor, ...]] | None = None,
+    loss: Callable[[Tensor], Tensor] | None = None,
+    params: Mapping[str, float | int] | None = None,
+    title: str | None = None,
+    description: str = "",
+    latex: Mapping[str, str] | None = None,
+) -> Family:
+    """Register a family with as little ceremony as possible; the contract for users' modules.
+
+    ``formulas`` maps names to autograd.Function classes (their ``apply`` is used) or callables of
+    the inputs (and the ``params`` as keywords). Without a ``reference``, finite differences are the
+    reference. Defaults: standard-normal inputs of the sidebar's shape, one per name in
+    ``inputs``; the loss is the sum of the output.
+    """
+    def as_callable(f):
+        return f.apply if isinstance(f, type) and issubclass(f, torch.autograd.Function) else f
+
+    latex = dict(latex or {})
+    return register(
+        Family(
+            name=name,
+            title=title or name,
+            description=description or f"{name}: a user's family.",
+            input_names=tuple(inputs),
+            reference=reference,
+            formulas={n: Formula(n, as_callable(f), "correct by declaration" if n in correct else "under test", latex.get(n, ""), n in correct)
+                      for n, f in formulas.items()},
+            build_inputs=build_inputs or _same_shaped_normals(tuple(inputs)),
+            loss=loss or (lambda y: y.sum()),
+            params=dict(params or {}),
+            forward_latex=latex.get("forward", ""),
+            gradient_latex=latex.get("gradient", ""),
+        )
+    )

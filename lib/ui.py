@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 import streamlit as st
 
-from lib import views
+from lib import plugins, views
 from lib.case import DTYPES, Case
 from lib.devices import DEVICES, device_problem
 from lib.errors import LabError
@@ -57,6 +57,9 @@ def _log_choices(low: int, high: int) -> list[float]:
 
 
 def sidebar_case() -> Case:
+    for result in plugins.ensure_loaded():  # the server's own --functions / GRADIENT_LAB_FUNCTIONS
+        if result.error:
+            st.error(f"Could not load your functions from `{result.source}`: {result.error}", icon="⚠️")
     known = families()
     st.header("Case")
     family = known[st.selectbox("Family", list(known), key="family", bind=URL, help=" · ".join(f"{n}: {f.title}" for n, f in known.items()))]
