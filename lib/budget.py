@@ -65,3 +65,26 @@ def field_bytes(points: int, n: int, formulas: int) -> float:
 def trajectory_bytes(steps: int, n: int, formulas: int) -> float:
     # every position of every run is kept for the principal components
     return (steps + 1) * n * 8 * formulas * 2
+
+
+# ---- time: element evaluations ------------------------------------------------------------------------
+
+DEFAULT_WORK = 3e9  # element evaluations: a few seconds on two cores
+
+
+def work_limit() -> float:
+    """The most element evaluations one computation may take, from GRADIENT_LAB_WORK_LIMIT."""
+    try:
+        return float(os.environ.get("GRADIENT_LAB_WORK_LIMIT", "") or DEFAULT_WORK)
+    except ValueError:
+        return DEFAULT_WORK
+
+
+def require_work(evaluations: float, what: str, advice: str, limit: float | None = None) -> None:
+    """Refuse, in words, a computation that would keep the page busy for too long."""
+    limit = work_limit() if limit is None else limit
+    if not math.isfinite(evaluations) or evaluations > limit:
+        raise LabError(
+            f"{what} would take about {evaluations:.1e} element evaluations, more than the limit of {limit:.1e} "
+            f"(a few seconds here). {advice} (The limit is set by GRADIENT_LAB_WORK_LIMIT.)"
+        )

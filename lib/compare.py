@@ -19,6 +19,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
+from lib.errors import LabError
 from lib.family import Family
 from lib.tolerances import Tolerances, default_tolerances
 from lib.numerical import DEFAULT_BUDGET_BYTES, DifferencePlan, numerical_gradient, numerical_jacobian, plan_differences
@@ -209,6 +210,18 @@ def _verdict(comparisons: Sequence[InputComparison], tolerances: Tolerances, fai
     return Verdict(True, f"passes: agrees with {against} within atol {tolerances.atol:g}, rtol {tolerances.rtol:g}")
 
 
+def _require_work(plans: Sequence[DifferencePlan], inputs: Sequence[Tensor], repeats: int, work_limit: float) -> None:
+    """Refuse finite differences whose evaluations, each over every input, exceed the limit."""
+    evaluations = repeats * sum(p.evaluations for p in plans)
+    work = evaluations * sum(x.numel() for x in inputs)
+    if work > work_limit:
+        why = "; ".join(dict.fromkeys(p.source for p in plans))
+        raise LabError(
+            f"Finite differences would take {evaluations:,} evaluations of {sum(x.numel() for x in inputs):,} elements "
+            f"({work:.1e} element evaluations), more than the limit of {work_limit:.1e} ({why}). Choose a smaller shape."
+        )
+
+
 def _structure_key(family: Family, params: dict) -> tuple:
     # the reference's Jacobian structure depends on the family, its params and the input shapes
     return (family.name, id(family), tuple(sorted((k, repr(v)) for k, v in params.items())))
@@ -226,11 +239,14 @@ def compare_gradients(
     rtol: float | None = None,
     jacobian_limit: int = DEFAULT_JACOBIAN_LIMIT,
     budget_bytes: int = DEFAULT_BUDGET_BYTES,
+    work_limit: float = math.inf,
 ) -> GradientReport:
     """Analytic vs reference vs numerical gradients of ``formula`` on ``inputs``.
 
     The upstream gradient is ``grad_output`` if given, else that of the family's loss at the
     reference's output. The formula raising in forward or backward is reported, not raised.
+    Finite differences that would take more than ``work_limit`` element evaluations are refused
+    (LabError) after planning, before they run.
     """
     params = {**family.params, **(params or {})}
     inputs = tuple(x.detach() for x in inputs)
@@ -260,7 +276,9 @@ def compare_gradients(
             analytic = _gradients(run, inputs, upstream)
         except Exception as error:  # noqa: BLE001
             failure = f"in backward: {type(error).__name__}: {error}"
-        plans = plan_differences(run, reference, inputs, tolerances.step, budget_bytes=budget_bytes, structure_key=_structure_key(family, params))
+        plans = plan_differences(run, reference, inputs, tolerances.step, budget_bytes=budget_bytes,
+                                 structure_key=_structure_key(family, params), work_limit=work_limit)
+        _require_work(plans, inputs, 1, work_limit)
         numerical = [numerical_gradient(run, inputs, p, upstream, tolerances.step, budget_bytes) for p in plans]
     referenced = _gradients(reference, inputs, upstream) if reference else numerical
 
@@ -332,6 +350,7 @@ def step_sweep(
     steps: Sequence[float] = DEFAULT_STEPS,
     dtypes: Sequence[torch.dtype] = (torch.float32, torch.float64),
     budget_bytes: int = DEFAULT_BUDGET_BYTES,
+    work_limit: float = math.inf,
 ) -> StepSweep:
     """Where truncation error (large h) gives way to rounding error (small h), per dtype.
 
@@ -352,7 +371,9 @@ def step_sweep(
     errors: dict[str, tuple[float, ...]] = {}
     for dtype in dtypes:
         xs = tuple(x.to(dtype) for x in exact)
-        plans = plan_differences(run, reference, xs, default_tolerances(dtype).step, budget_bytes=budget_bytes, structure_key=_structure_key(family, params))
+        plans = plan_differences(run, reference, xs, default_tolerances(dtype).step, budget_bytes=budget_bytes,
+                                 structure_key=_structure_key(family, params), work_limit=work_limit)
+        _require_work(plans, xs, len(steps) * len(dtypes), work_limit)
         per_step = []
         for h in steps:
             with np.errstate(all="ignore"):

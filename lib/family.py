@@ -63,7 +63,15 @@ class Family:
 
 
 _REGISTRY: dict[str, Family] = {}
-_BUILTIN_MODULES = ("lib.functions.cosine",)
+_BUILTIN_MODULES = (
+    "lib.functions.cosine",
+    "lib.functions.logsumexp",
+    "lib.functions.softmax",
+    "lib.functions.normalize",
+    "lib.functions.softplus",
+    "lib.functions.layernorm",
+    "lib.functions.gelu",
+)
 
 
 def register(family: Family) -> Family:

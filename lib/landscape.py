@@ -168,7 +168,7 @@ def target_coordinates(family: Family, inputs: Sequence[Tensor], params: dict, p
 CACHE_BYTES = 8 * 2**20  # a chunk of points small enough to stay in cache between build and use
 
 
-def _chunk(points_elements: int, itemsize: int, budget_bytes: int) -> int:
+def chunk_points(points_elements: int, itemsize: int, budget_bytes: int = DEFAULT_BUDGET_BYTES) -> int:
     # a point, and room for the function's temporaries on it; no more than fits in cache
     point_bytes = max(points_elements * itemsize, 1)
     return max(1, min(budget_bytes // (6 * point_bytes), CACHE_BYTES // point_bytes))
@@ -201,7 +201,7 @@ def losses_at(
         xs = (*inputs[: plane.index], point, *inputs[plane.index + 1 :])
         return family.loss(family.run(formula, xs, **params))
 
-    chunk = _chunk(x.numel(), x.element_size(), budget_bytes)
+    chunk = chunk_points(x.numel(), x.element_size(), budget_bytes)
     buffer = torch.empty((min(chunk, coefficients.shape[0]), *x.shape), dtype=x.dtype, device=x.device)
     out = []
     with torch.no_grad():

@@ -12,6 +12,7 @@ reference, every element gets its own perturbation. Perturbed copies are evaluat
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Callable, Hashable, Iterator, Sequence
@@ -198,13 +199,15 @@ def plan_differences(
     *,
     budget_bytes: int = DEFAULT_BUDGET_BYTES,
     structure_key: Hashable | None = None,
+    work_limit: float = math.inf,
 ) -> list[DifferencePlan]:
     """Choose, for each input, how to perturb it: colour groups from the reference's Jacobian
     pattern, checked along a random direction, or one element at a time.
 
     ``structure_key`` names the reference and its settings; with it, the pattern and colouring
     found for these input shapes are kept and reused (the structure does not depend on the
-    values), so only the random-direction check is paid again."""
+    values), so only the random-direction check is paid again. Reading the structure costs a
+    backward pass per output; above ``work_limit`` element evaluations it is not tried."""
     with torch.no_grad():
         output = function(*inputs)
     m = output.numel()
@@ -212,6 +215,9 @@ def plan_differences(
     dense = lambda i, why: DifferencePlan(i, inputs[i].numel(), m, None, None, None, why, skip_rows=skip)  # noqa: E731
     if reference is None:
         return [dense(i, "one perturbation per element: no reference to read the Jacobian's structure from") for i in range(len(inputs))]
+    if m * sum(x.numel() for x in inputs) > work_limit:
+        why = f"one perturbation per element: reading the Jacobian's structure ({m:,} outputs) would take too long"
+        return [dense(i, why) for i in range(len(inputs))]
     try:
         structures = _structures(reference, inputs, budget_bytes, structure_key)
     except Exception as error:  # noqa: BLE001

@@ -19,7 +19,7 @@ from lib.compare import GradientReport, StepSweep, compare_case, step_sweep
 from lib.conformance import Check, conformance_report
 from lib.devices import available_devices
 from lib.errors import LabError
-from lib.landscape import GradientField, Plane, Surface, gradient_field, loss_surface, make_plane
+from lib.landscape import GradientField, Plane, Surface, chunk_points, gradient_field, loss_surface, make_plane
 from lib.numerical import DEFAULT_BUDGET_BYTES
 from lib.trajectory import TrajectorySet, trajectories
 
@@ -38,6 +38,11 @@ class PlaneSpec:
 def _checked_inputs(case: Case):
     budget.require(case.input_bytes(), f"Inputs of shape {case.shape}", "Choose a smaller shape.")
     return case.inputs()
+
+
+def _elements(inputs) -> int:
+    """Elements of all inputs: what one evaluation of the function touches."""
+    return sum(int(x.numel()) for x in inputs)
 
 
 def _formulas(case: Case) -> tuple[str, ...]:
@@ -69,7 +74,7 @@ def gradient_report(case: Case, formula: str) -> GradientReport:
         budget.comparison_bytes(n, k, inputs[0].element_size(), n, DEFAULT_BUDGET_BYTES),
         f"Checking gradients of shape {case.shape}", "Choose a smaller shape.",
     )
-    return compare_case(case, formula)
+    return compare_case(case, formula, work_limit=budget.work_limit())
 
 
 def verdicts(case: Case) -> list[GradientReport]:
@@ -79,10 +84,17 @@ def verdicts(case: Case) -> list[GradientReport]:
 
 def gradient_sweep(case: Case, formula: str) -> StepSweep:
     family, inputs = case.get_family(), _checked_inputs(case)
-    return step_sweep(family, formula, inputs, params=case.param_values())
+    return step_sweep(family, formula, inputs, params=case.param_values(), work_limit=budget.work_limit())
+
+
+MAX_CONFORMANCE_ELEMENTS = 4096  # PyTorch's checks build whole Jacobians
 
 
 def conformance(case: Case, formula: str) -> list[Check]:
+    n = math.prod(case.shape) * len(case.get_family().input_names)
+    if n > MAX_CONFORMANCE_ELEMENTS:
+        raise LabError(f"PyTorch's checks build whole Jacobians, so they run on inputs of up to {MAX_CONFORMANCE_ELEMENTS:,} "
+                       f"elements in all; this case has {n:,}. Choose a smaller shape for them.")
     family, inputs, params = case.get_family(), _checked_inputs(case), case.param_values()
     function = lambda *xs: family.run(formula, xs, **params)  # noqa: E731
     return conformance_report(function, inputs, atol=case.atol, rtol=case.rtol, step=case.step)
@@ -123,8 +135,10 @@ def surface(case: Case, spec: PlaneSpec, resolution: int, span: float, one_dimen
     inputs = _checked_inputs(case)
     n = inputs[spec.index].numel() if spec.index < len(inputs) else 1
     points = resolution if one_dimensional else resolution**2
-    budget.require(budget.surface_bytes(points, n, inputs[0].element_size(), min(points, 256)),
+    budget.require(budget.surface_bytes(points, n, inputs[0].element_size(), chunk_points(n, inputs[0].element_size())),
                    f"A {'slice' if one_dimensional else 'surface'} of {points} points", "Lower the resolution or the shape.")
+    budget.require_work(points * _elements(inputs), f"A {'slice' if one_dimensional else 'surface'} of {points} points at shape {case.shape}",
+                        "Lower the resolution or the shape.")
     return loss_surface(case.get_family(), inputs, case.param_values(), _plane(case, spec, inputs),
                         resolution=resolution, span=span, one_dimensional=one_dimensional)
 
@@ -134,6 +148,8 @@ def field(case: Case, spec: PlaneSpec, resolution: int, span: float) -> Gradient
     formulas = _formulas(case)
     budget.require(budget.field_bytes(resolution**2, inputs[spec.index].numel() if spec.index < len(inputs) else 1, len(formulas)),
                    f"A gradient field of {resolution}×{resolution} points", "Lower the field resolution or the shape.")
+    budget.require_work(3 * resolution**2 * (len(formulas) + 1) * _elements(inputs), f"A gradient field of {resolution}×{resolution} points",
+                        "Lower the field resolution or the shape.")
     return gradient_field(case.get_family(), inputs, case.param_values(), _plane(case, spec, inputs), formulas,
                           resolution=resolution, span=span)
 
@@ -143,6 +159,8 @@ def training(case: Case, spec: PlaneSpec, optimizer: str, learning_rate: float, 
     formulas = _formulas(case)
     budget.require(budget.trajectory_bytes(steps, inputs[spec.index].numel() if spec.index < len(inputs) else 1, len(formulas)),
                    f"{steps} optimizer steps for {len(formulas)} formulas", "Take fewer steps or a smaller shape.")
+    budget.require_work(4 * steps * len(formulas) * _elements(inputs), f"{steps} optimizer steps for {len(formulas)} formulas",
+                        "Take fewer steps or a smaller shape.")
     return trajectories(case.get_family(), inputs, case.param_values(), formulas, _plane(case, spec, inputs),
                         optimizer=optimizer, learning_rate=learning_rate, steps=steps)
 

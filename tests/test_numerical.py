@@ -134,3 +134,9 @@ def test_a_row_holding_half_the_columns_skips_the_greedy_colouring():
     rows = np.concatenate([np.zeros(n // 2, dtype=np.int64), np.arange(1, n + 1)])
     cols = np.concatenate([np.arange(n // 2), np.arange(n)])
     np.testing.assert_array_equal(color_columns(rows, cols, n), np.arange(n))
+
+
+def test_structure_is_not_read_when_it_would_take_too_long():
+    xs = inputs((6, 8), (6, 8))
+    plans = plan_differences(corrected, cosine_reference, xs, 1e-6, work_limit=10)
+    assert all(p.colors is None and "would take too long" in p.source for p in plans)

@@ -61,3 +61,18 @@ def test_conformance_and_sweep_views():
     assert all(c.status == "pass" for c in checks), [(c.name, c.message) for c in checks if c.status != "pass"]
     sweep = views.gradient_sweep(Case(shape=(3, 4)), "corrected")
     assert set(sweep.errors) == {"float32", "float64"}
+
+
+def test_work_guard_refuses_what_would_freeze_the_page():
+    with pytest.raises(LabError, match="element evaluations, more than the limit"):
+        views.surface(Case(shape=(2048, 2048)), views.PlaneSpec(), 51, 1.0)
+    with pytest.raises(LabError, match="up to 4,096"):
+        views.conformance(Case(shape=(64, 128)), "corrected")
+
+
+def test_work_limit_comes_from_the_environment(monkeypatch):
+    monkeypatch.setenv("GRADIENT_LAB_WORK_LIMIT", "1000")
+    with pytest.raises(LabError, match="Finite differences would take"):
+        views.gradient_report(Case(shape=(8, 16)), "corrected")
+    with pytest.raises(LabError, match="optimizer steps"):
+        views.training(Case(shape=(8, 16)), views.PlaneSpec(), "SGD", 0.1, 100)

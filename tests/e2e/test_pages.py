@@ -1,0 +1,117 @@
+"""Every page in a real browser: opened by a deep link on a fresh session, drawn without an error,
+one slider and one select changed (each reruns, changes what is drawn and the URL), and the
+changed URL reloaded into the same view."""
+
+from dataclasses import dataclass
+
+import pytest
+
+from tests.e2e import harness
+
+pytestmark = pytest.mark.e2e
+
+SHAPE = {"rows": "4", "features": "6"}
+
+
+@dataclass(frozen=True)
+class PageCheck:
+    page: str
+    own: tuple[str, str, str]  # (query param, widget kind, value the widget shows) of the deep link
+    slider: str  # moved one step right with the keyboard
+    select: tuple[str, str]  # (key, option to pick)
+
+
+CHECKS = [
+    PageCheck("home", ("seed", "number", "3"), slider="step", select=("dtype", "float32")),
+    PageCheck("gradient_check", ("check_formula", "select", "corrected"), slider="step", select=("check_input", "x2")),
+    PageCheck("gradient_field", ("field_resolution", "slider", "9"), slider="field_resolution", select=("field_plane", "gradient")),
+    PageCheck("loss_surface", ("surface_resolution", "slider", "21"), slider="surface_resolution", select=("surface_plane", "gradient")),
+    PageCheck("perturbation_lab", ("lab_kind", "select", "eps"), slider="noise1", select=("lab_metric", "cosine to reference")),
+    PageCheck("training", ("train_steps", "slider", "50"), slider="train_steps", select=("train_optimizer", "Adam")),
+]
+
+
+def shown(page, key: str, kind: str) -> str:
+    return {"number": harness.number_value, "select": harness.select_value, "slider": harness.slider_value}[kind](page, key)
+
+
+def content(page, check: PageCheck) -> str:
+    """What the page draws, as one text to compare: the verdict table on Home, the charts elsewhere."""
+    if check.page == "home":
+        table = page.locator(harness.widget("verdicts"))
+        table.wait_for(state="visible")
+        return harness.table_text(page, "verdicts")
+    return harness.signature(harness.charts(page))
+
+
+def assert_drawn(page, check: PageCheck) -> None:
+    assert harness.errors(page) == []
+    if check.page == "home":
+        text = harness.table_text(page, "verdicts")
+        assert "corrected" in text and "tutorial" in text  # a row per formula
+        assert "pass" in text and "fail" in text
+        return
+    charts = harness.charts(page)
+    assert charts, "no plotly chart on the page"
+    for chart in charts:
+        assert chart["svg"] and chart["traces"], f"chart {chart['key']} is not drawn"
+        assert chart["marks"] > 0, f"chart {chart['key']} draws nothing"
+    assert page.locator("[data-testid='stPlotlyChart'] .main-svg").first.is_visible()
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=[c.page for c in CHECKS])
+def test_deep_link_controls_and_reload(page, app_url, check):
+    key, kind, value = check.own
+    page.goto(harness.deep_link(app_url, check.page, **SHAPE, **{key: value}))
+    harness.wait_idle(page)
+
+    # the deep link is honoured and the page is drawn
+    assert harness.number_value(page, "rows") == "4" and harness.number_value(page, "features") == "6"
+    assert shown(page, key, kind) == value
+    assert harness.query_of(page.url) == {**SHAPE, key: value}
+    assert_drawn(page, check)
+    drawn = content(page, check)
+
+    # one slider, one step right: a rerun, a new value, a new URL, a new drawing
+    before_value = harness.slider_value(page, check.slider)
+    runs = harness.finished_runs(page)
+    harness.press_slider(page, check.slider, "ArrowRight")
+    harness.wait_rerun(page, runs)
+    moved = harness.slider_value(page, check.slider)
+    assert moved != before_value
+    assert check.slider in harness.query_of(page.url)
+    assert_drawn(page, check)
+    after_slider = content(page, check)
+    assert after_slider != drawn, f"moving {check.slider} did not change what is drawn"
+
+    # one select, another option
+    select, option = check.select
+    assert harness.select_value(page, select) != option
+    runs = harness.finished_runs(page)
+    harness.pick_option(page, select, option)
+    harness.wait_rerun(page, runs)
+    assert harness.select_value(page, select) == option
+    assert harness.query_of(page.url).get(select) == option
+    assert_drawn(page, check)
+    after_select = content(page, check)
+    assert after_select != after_slider, f"picking {option} in {select} did not change what is drawn"
+
+    # the URL now holds the whole view: reloaded, a new session shows the same
+    query = harness.query_of(page.url)
+    assert query[key] == value and query["rows"] == "4"
+    page.reload()
+    harness.wait_idle(page)
+    assert harness.query_of(page.url) == query
+    assert harness.slider_value(page, check.slider) == moved
+    assert harness.select_value(page, select) == option
+    assert shown(page, key, kind) == value
+    assert_drawn(page, check)
+    assert content(page, check) == after_select
+
+
+def test_sidebar_lists_every_page(page, app_url):
+    page.goto(app_url)
+    harness.wait_idle(page)
+    links = page.locator("[data-testid='stSidebarNav'] a")
+    hrefs = {harness.urlsplit(h).path for h in (links.nth(i).get_attribute("href") for i in range(links.count()))}
+    assert hrefs == set(harness.PAGES.values())
