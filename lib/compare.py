@@ -305,7 +305,7 @@ def compare_gradients(
 
     forward_error = math.nan
     if formula_output is not None and reference_output is not None:
-        forward_error = float((formula_output.double() - reference_output.double()).abs().nan_to_num(math.inf).max()) if output.numel() else 0.0
+        forward_error = float((formula_output.double() - reference_output.double()).abs().nan_to_num(nan=math.inf, posinf=math.inf).max()) if output.numel() else 0.0
     notes = tuple(c.non_finite["input"].describe(c.name) for c in comparisons if c.non_finite["input"].count)
     return GradientReport(
         family=family.name,

@@ -55,8 +55,9 @@ class Plane:
         """(a, b) of each point's least-squares projection onto the plane: (k, 2)."""
         basis = torch.stack([self.u.reshape(-1), self.v.reshape(-1)]).double().cpu().numpy()
         offsets = points.reshape(points.shape[0], -1).double().cpu().numpy() - self.origin.reshape(1, -1).double().cpu().numpy()
-        # normal equations of the 2-column basis: NaN rows (a diverged path) stay NaN rows
-        return np.linalg.solve(basis @ basis.T, basis @ offsets.T).T
+        # normal equations of the 2-column basis, by pseudo-inverse: a degenerate plane (u ∥ v, a
+        # 1-element input) still projects, and NaN rows (a diverged path) stay NaN rows
+        return (np.linalg.pinv(basis @ basis.T) @ (basis @ offsets.T)).T
 
     def extent(self, span: float) -> tuple[float, float, float, float]:
         """(a_min, a_max, b_min, b_max) of a square view ``span`` wide on each side of the centre;

@@ -42,8 +42,13 @@ def page_setup(title: str, explanation: str) -> Case:
     st.set_page_config(page_title=f"{title} · Gradient Lab", page_icon="∇", layout="wide")
     st.title(title)
     st.caption(explanation)
+    link = {k: st.query_params.get(k) for k in st.query_params}  # as the link gave them, before any widget reads them
     with st.sidebar:
-        return sidebar_case()
+        case = sidebar_case()
+    notes = link_notes(link)
+    if notes:
+        st.info("Ignored from the link: " + "; ".join(notes) + ".", icon="🔗")
+    return case
 
 
 def default_formulas(family: Family) -> list[str]:
@@ -54,6 +59,30 @@ def default_formulas(family: Family) -> list[str]:
 
 def _log_choices(low: int, high: int) -> list[float]:
     return [10.0**e for e in range(low, high + 1)]
+
+
+PAGE_PREFIXES = ("check_", "field_", "surface_", "lab_", "train_")  # page widgets: Streamlit checks their values
+
+
+def link_notes(link: dict[str, str]) -> list[str]:
+    """What a link asked for that was not taken: unknown parameters, and sidebar values that were
+    not valid (Streamlit leaves the widget at its default and drops them from the URL). Values
+    are shown as code, shortened: never rendered as markdown or HTML."""
+    def shown(text: str) -> str:
+        text = text.replace("`", "'").replace("\n", " ")
+        return f"`{text[:40]}{'…' if len(text) > 40 else ''}`"
+
+    notes = []
+    for key, value in link.items():
+        if key not in st.session_state and not key.startswith(PAGE_PREFIXES):
+            notes.append(f"{shown(key)} is not a setting of Gradient Lab")
+        elif key in st.session_state and key not in st.query_params and _url_form(st.session_state[key]) != value:
+            notes.append(f"{shown(key)}={shown(value)} is not a valid value here")
+    return notes
+
+
+def _url_form(value: Any) -> str:
+    return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def sidebar_case() -> Case:

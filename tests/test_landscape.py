@@ -133,3 +133,12 @@ def test_random_plane_does_not_repeat_the_inputs_when_seeds_coincide():
         for xi in x:
             cos = torch.nn.functional.cosine_similarity(direction.reshape(-1), xi.reshape(-1), dim=0)
             assert abs(float(cos)) < 0.5
+
+
+def test_a_degenerate_plane_still_projects():
+    # one element per row: the random plane's two directions are parallel (found by fuzzing)
+    x = inputs((1, 1))
+    plane = make_plane(COSINE, x, PARAMS, "random")
+    surface = loss_surface(COSINE, x, PARAMS, plane, resolution=5)
+    assert surface.loss.shape == (5, 5) and surface.target is not None
+    assert np.isfinite(plane.coordinates(x[0][None])).all()

@@ -152,9 +152,9 @@ FAMILY = register(
         loss=weighted_sum,
         params={"dim": -1, "eps": 1e-5},
         forward_latex=r"\hat y = \frac{x - \mu}{\sqrt{\sigma^2 + \varepsilon}},\quad \mu = \overline{x},"
-        r"\quad \sigma^2 = \overline{(x - \mu)^2}",
+        r"\quad \sigma^2 = \overline{(x - \mu)^2}\qquad(\overline{\,\cdot\,}:\ \text{the mean of the N elements along dim})",
         gradient_latex=r"\frac{\partial \hat y_i}{\partial x_j} = \frac{r}{N}\big(N\delta_{ij} - 1 - \hat y_i\,\hat y_j\big),"
-        r"\quad r = \frac{1}{\sqrt{\sigma^2 + \varepsilon}},\quad \overline{\,\cdot\,} = \text{mean along dim}",
+        r"\quad r = \frac{1}{\sqrt{\sigma^2 + \varepsilon}}",
         specimen=specimen(VarianceIgnoredLayerNormFunction),
     )
 )

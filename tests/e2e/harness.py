@@ -97,9 +97,12 @@ CHARTS_JS = """() => Array.from(document.querySelectorAll("[data-testid='stPlotl
   };
 })"""
 
+# Uncaught exceptions, and failures that lib/ui.py's guard turned into words ("<what> failed: <Type>: ...").
+# Other error boxes are the app's own verdicts ("corrected fails: ...") or messages about bad input.
 ERRORS_JS = """() => [
   ...Array.from(document.querySelectorAll("[data-testid='stException']")).map(e => 'exception: ' + e.innerText),
-  ...Array.from(document.querySelectorAll("[data-testid='stAlertContentError']")).map(e => 'error: ' + e.innerText),
+  ...Array.from(document.querySelectorAll("[data-testid='stAlertContentError']")).map(e => e.innerText)
+     .filter(t => / failed: [A-Za-z_.]+(Error|Exception)\b/.test(t)).map(t => 'failure: ' + t),
 ]"""
 
 
@@ -285,9 +288,12 @@ def number_value(page, key: str) -> str:
     return page.locator(f"{widget(key)} input").first.input_value()
 
 
-def table_text(page, key: str) -> str:
-    """A dataframe's cells, as its accessible grid lists them."""
-    return page.locator(f"{widget(key)} table").first.inner_text()
+MAIN_TABLE = "[data-testid='stMain'] [data-testid='stDataFrame']"
+
+
+def table_text(page, selector: str = MAIN_TABLE) -> str:
+    """The first dataframe's cells (of the main area, by default), as its accessible grid lists them."""
+    return page.locator(f"{selector} table").first.inner_text()
 
 
 # ---- the load: many sessions at once, async API ---------------------------------------------------

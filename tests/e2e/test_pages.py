@@ -38,16 +38,15 @@ def shown(page, key: str, kind: str) -> str:
 def content(page, check: PageCheck) -> str:
     """What the page draws, as one text to compare: the verdict table on Home, the charts elsewhere."""
     if check.page == "home":
-        table = page.locator(harness.widget("verdicts"))
-        table.wait_for(state="visible")
-        return harness.table_text(page, "verdicts")
+        page.locator(harness.MAIN_TABLE).first.wait_for(state="visible")
+        return harness.table_text(page)
     return harness.signature(harness.charts(page))
 
 
 def assert_drawn(page, check: PageCheck) -> None:
     assert harness.errors(page) == []
     if check.page == "home":
-        text = harness.table_text(page, "verdicts")
+        text = harness.table_text(page)
         assert "corrected" in text and "tutorial" in text  # a row per formula
         assert "pass" in text and "fail" in text
         return
@@ -98,13 +97,14 @@ def test_deep_link_controls_and_reload(page, app_url, check):
 
     # the URL now holds the whole view: reloaded, a new session shows the same
     query = harness.query_of(page.url)
-    assert query[key] == value and query["rows"] == "4"
+    own = moved if key == check.slider else value
+    assert query == {**SHAPE, key: own, check.slider: query[check.slider], select: option}
     page.reload()
     harness.wait_idle(page)
     assert harness.query_of(page.url) == query
     assert harness.slider_value(page, check.slider) == moved
     assert harness.select_value(page, select) == option
-    assert shown(page, key, kind) == value
+    assert shown(page, key, kind) == own
     assert_drawn(page, check)
     assert content(page, check) == after_select
 
