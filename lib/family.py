@@ -81,10 +81,10 @@ def register(family: Family) -> Family:
 
 
 def families() -> dict[str, Family]:
-    """Every registered family by name, the built-in ones first."""
-    for module in _BUILTIN_MODULES:
-        importlib.import_module(module)
-    return dict(_REGISTRY)
+    """Every registered family by name: the built-in ones first, in their modules' order, then
+    users' in the order they were declared."""
+    builtin = [importlib.import_module(module).FAMILY.name for module in _BUILTIN_MODULES]
+    return {**{name: _REGISTRY[name] for name in builtin if name in _REGISTRY}, **_REGISTRY}
 
 
 def get_family(name: str) -> Family:

@@ -41,3 +41,11 @@ def test_registering_a_family_makes_it_available_and_run_merges_params():
         from lib import family as module
 
         module._REGISTRY.pop("test-double")
+
+
+def test_builtin_families_come_first_in_their_modules_order():
+    import lib.functions.gelu  # noqa: F401 - imported before the others on purpose
+
+    names = list(families())
+    assert names[0] == "cosine"
+    assert names.index("logsumexp") < names.index("gelu")
