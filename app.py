@@ -12,47 +12,49 @@ case = ui.page_setup(
     "and the URL holds it, so a link reproduces the view.",
 )
 
-st.subheader("Verdict for this case")
-reports = ui.compute(views.verdicts, case, what="Checking every formula…")
-if reports:
-    rows = verdict_rows(reports)
-    error = st.column_config.NumberColumn(format="%.2e")
-    st.dataframe(rows, hide_index=True, width="stretch", key="verdicts", column_config={
-        "max |analytic − reference|": error,
-        "max |analytic − numerical|": error,
-        "cosine to reference": st.column_config.NumberColumn(help="−1: the gradient is flipped; 1: it points the right way", format="%.4f"),
-        "evaluations": st.column_config.NumberColumn("forward evaluations", help="spent on finite differences"),
-    })
-    for report in reports:
-        badge = ":green-badge[pass]" if report.verdict.passed else ":red-badge[fail]"
-        st.markdown(f"{badge} **{report.formula}**: {report.verdict.summary.split(': ', 1)[-1]}")
-    if case.perturbation.active:
-        st.caption(f"Perturbations: {case.perturbation.describe()}")
-    ui.download("Download the verdicts (CSV)", rows, "verdicts.csv", key="download_verdicts")
+# whatever fails below is said in words on the page, never as a traceback
+with ui.guard("This page"):
+    st.subheader("Verdict for this case")
+    reports = ui.compute(views.verdicts, case, what="Checking every formula…")
+    if reports:
+        rows = verdict_rows(reports)
+        error = st.column_config.NumberColumn(format="%.2e")
+        st.dataframe(rows, hide_index=True, width="stretch", key="verdicts", column_config={
+            "max |analytic − reference|": error,
+            "max |analytic − numerical|": error,
+            "cosine to reference": st.column_config.NumberColumn(help="−1: the gradient is flipped; 1: it points the right way", format="%.4f"),
+            "evaluations": st.column_config.NumberColumn("forward evaluations", help="spent on finite differences"),
+        })
+        for report in reports:
+            badge = ":green-badge[pass]" if report.verdict.passed else ":red-badge[fail]"
+            st.markdown(f"{badge} **{report.formula}**: {report.verdict.summary.split(': ', 1)[-1]}")
+        if case.perturbation.active:
+            st.caption(f"Perturbations: {case.perturbation.describe()}")
+        ui.download("Download the verdicts (CSV)", rows, "verdicts.csv", key="download_verdicts")
 
-with ui.guard("Showing the formulas"):
-    family = case.get_family()
-    st.subheader(f"{family.title}: what the specimen gets wrong")
-    if family.specimen:
-        st.code(family.specimen, language="python", wrap_lines=True)
-    wrong = next((f for f in family.formulas.values() if not f.correct), None)
-    right = next((f for f in family.formulas.values() if f.correct), None)
-    left, middle = st.columns(2)
-    with left:
-        st.markdown(f"**What {wrong.name if wrong else 'it'} computes**")
-        if wrong and wrong.latex:
-            st.latex(wrong.latex)
-    with middle:
-        st.markdown("**What it should compute** (autograd through the reference)")
-        if family.gradient_latex:
-            st.latex(family.gradient_latex)
-        if right and right.latex:
-            st.latex(right.latex)
-    if family.forward_latex:
-        st.markdown("**Forward:**")
-        st.latex(family.forward_latex)
-    with st.expander("Every formula of this family"):
-        for name, formula in family.formulas.items():
-            st.markdown(f"{':green-badge[correct]' if formula.correct else ':red-badge[buggy]'} **{name}**: {formula.summary}")
-            if formula.latex:
-                st.latex(formula.latex)
+    with ui.guard("Showing the formulas"):
+        family = case.get_family()
+        st.subheader(f"{family.title}: what the specimen gets wrong")
+        if family.specimen:
+            st.code(family.specimen, language="python", wrap_lines=True)
+        wrong = next((f for f in family.formulas.values() if not f.correct), None)
+        right = next((f for f in family.formulas.values() if f.correct), None)
+        left, middle = st.columns(2)
+        with left:
+            st.markdown(f"**What {wrong.name if wrong else 'it'} computes**")
+            if wrong and wrong.latex:
+                st.latex(wrong.latex)
+        with middle:
+            st.markdown("**What it should compute** (autograd through the reference)")
+            if family.gradient_latex:
+                st.latex(family.gradient_latex)
+            if right and right.latex:
+                st.latex(right.latex)
+        if family.forward_latex:
+            st.markdown("**Forward:**")
+            st.latex(family.forward_latex)
+        with st.expander("Every formula of this family"):
+            for name, formula in family.formulas.items():
+                st.markdown(f"{':green-badge[correct]' if formula.correct else ':red-badge[buggy]'} **{name}**: {formula.summary}")
+                if formula.latex:
+                    st.latex(formula.latex)

@@ -337,8 +337,10 @@ class StepSweep:
     errors: dict[str, tuple[float, ...]]  # dtype name -> error per step
 
     def best_step(self, dtype: str) -> float:
+        """The step with the smallest finite error; NaN when no step gave a finite one."""
         errors = np.array(self.errors[dtype])
-        return self.steps[int(np.nanargmin(np.where(np.isfinite(errors), errors, np.nan)))]
+        finite = np.isfinite(errors)
+        return self.steps[int(np.argmin(np.where(finite, errors, np.inf)))] if finite.any() else math.nan
 
 
 def step_sweep(

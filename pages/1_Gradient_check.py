@@ -25,116 +25,119 @@ case = ui.page_setup(
     "One formula's hand-written gradient against PyTorch's autograd (the reference) and finite "
     "differences, element by element: where it is wrong, by how much, and how to reproduce it.",
 )
-family = case.get_family()
-formulas = list(case.formulas) or list(family.formulas)
-if not case.formulas:
-    st.caption("No formula is chosen in the sidebar: every formula of the family is offered here.")
-formula = st.selectbox("Formula to check", formulas, key="check_formula", bind=URL,
-                       help="One of the formulas chosen in the sidebar.")
 
-# ---- 1. the verdict ----------------------------------------------------------------------------------
-st.subheader("Verdict")
-report = ui.compute(views.gradient_report, case, formula, what=f"Checking {formula}…")
-if report is not None:
-    sentence = f"**{formula}** {report.verdict.summary}."
-    (st.success if report.verdict.passed else st.error)(sentence, icon=":material/check_circle:" if report.verdict.passed else ":material/cancel:")
-    cosine, loss, evaluations, forward = st.columns(4)
-    cosine.metric("Cosine to reference", shown(report.cosine, ".4f"), help="1: the gradient points the right way; −1: it is flipped.")
-    loss.metric("Loss", shown(report.loss, ".6g"), help="The family's loss at the reference's output.")
-    evaluations.metric("Forward evaluations", f"{report.evaluations:,}", help="What the finite differences cost, all inputs together.")
-    forward.metric("Max |forward − reference|", shown(report.forward_max_error, ".3g"), help="The formula's output against the reference's.")
-    st.caption(f"Finite differences (step {report.tolerances.step:g}, tolerance {report.tolerances.atol:g} + "
-               f"{report.tolerances.rtol:g}·|b|): {plan_sources(report)}. {report.dtype} on {report.device}.")
-    for note in report.notes:
-        st.warning(note, icon=":material/warning:")
-    if report.failure:
-        st.error(f"The formula raised {report.failure}. Its gradients are blank below; the reference's are shown.", icon=":material/error:")
+# whatever fails below is said in words on the page, never as a traceback
+with ui.guard("This page"):
+    family = case.get_family()
+    formulas = list(case.formulas) or list(family.formulas)
+    if not case.formulas:
+        st.caption("No formula is chosen in the sidebar: every formula of the family is offered here.")
+    formula = st.selectbox("Formula to check", formulas, key="check_formula", bind=URL,
+                           help="One of the formulas chosen in the sidebar.")
 
-# ---- 2. element by element --------------------------------------------------------------------------
-if report is not None:
-    st.subheader("Gradients and errors, element by element")
-    left, middle, right = st.columns(3)
-    name = left.selectbox("Input", family.input_names, key="check_input", bind=URL)
-    pair = middle.selectbox("Error map", PAIRS, key="check_pair", bind=URL, format_func=pair_name,
-                            help="Which two gradient sources to subtract: a − b.")
-    relative = right.toggle("Relative error |a − b| / |b| (log colour)", False, key="check_relative", bind=URL)
-    comparison = report.input(name)
-    drawn = drawable(comparison)
-    if drawn.cut:
-        st.info(drawn.describe(), icon=":material/content_cut:")
-    ui.chart(gradient_heatmaps(drawn.comparison), key="check_gradients")
-    if report.failure and "analytic" in pair:
-        st.info(f"The formula raised, so there is no analytic gradient to compare. Choose {pair_name(('reference', 'numerical'))} "
-                "above to see how the finite differences agree with autograd.")
-    else:
-        ui.chart(error_heatmap(drawn.comparison, pair, relative), key="check_errors")
-        st.subheader("Worst elements and the spread of errors")
-        table, histogram = st.columns(2)
-        with table:
-            st.caption(f"The elements of {name} with the largest |{pair[0]} − {pair[1]}| (ten at most, NaN/Inf left out).")
-            number = st.column_config.NumberColumn(format="%.4g")
-            st.dataframe(worst_elements(comparison, pair), hide_index=True, width="stretch", key="check_worst",
-                         column_config={column: number for column in ("analytic", "reference", "numerical", "abs error", "rel error")})
-        with histogram:
-            ui.chart(error_histogram(report, pair), key="check_histogram")
+    # ---- 1. the verdict ----------------------------------------------------------------------------------
+    st.subheader("Verdict")
+    report = ui.compute(views.gradient_report, case, formula, what=f"Checking {formula}…")
+    if report is not None:
+        sentence = f"**{formula}** {report.verdict.summary}."
+        (st.success if report.verdict.passed else st.error)(sentence, icon=":material/check_circle:" if report.verdict.passed else ":material/cancel:")
+        cosine, loss, evaluations, forward = st.columns(4)
+        cosine.metric("Cosine to reference", shown(report.cosine, ".4f"), help="1: the gradient points the right way; −1: it is flipped.")
+        loss.metric("Loss", shown(report.loss, ".6g"), help="The family's loss at the reference's output.")
+        evaluations.metric("Forward evaluations", f"{report.evaluations:,}", help="What the finite differences cost, all inputs together.")
+        forward.metric("Max |forward − reference|", shown(report.forward_max_error, ".3g"), help="The formula's output against the reference's.")
+        st.caption(f"Finite differences (step {report.tolerances.step:g}, tolerance {report.tolerances.atol:g} + "
+                   f"{report.tolerances.rtol:g}·|b|): {plan_sources(report)}. {report.dtype} on {report.device}.")
+        for note in report.notes:
+            st.warning(note, icon=":material/warning:")
+        if report.failure:
+            st.error(f"The formula raised {report.failure}. Its gradients are blank below; the reference's are shown.", icon=":material/error:")
 
-# ---- 3. more checks, in tabs -------------------------------------------------------------------------
-jacobians_tab, sweep_tab, conformance_tab, devices_tab = st.tabs(["Jacobians", "Step sweep", "PyTorch's checks", "CPU vs accelerator"])
-with jacobians_tab:
-    if report is None:
-        st.info("Nothing to show: the check above did not run.")
-    else:
-        figure = jacobian_heatmaps(comparison)
-        if figure is not None:
-            ui.chart(figure, key="check_jacobians")
-        elif report.failure:
-            st.info("No Jacobians: the formula raised, so its backward cannot be read row by row.")
+    # ---- 2. element by element --------------------------------------------------------------------------
+    if report is not None:
+        st.subheader("Gradients and errors, element by element")
+        left, middle, right = st.columns(3)
+        name = left.selectbox("Input", family.input_names, key="check_input", bind=URL)
+        pair = middle.selectbox("Error map", PAIRS, key="check_pair", bind=URL, format_func=pair_name,
+                                help="Which two gradient sources to subtract: a − b.")
+        relative = right.toggle("Relative error |a − b| / |b| (log colour)", False, key="check_relative", bind=URL)
+        comparison = report.input(name)
+        drawn = drawable(comparison)
+        if drawn.cut:
+            st.info(drawn.describe(), icon=":material/content_cut:")
+        ui.chart(gradient_heatmaps(drawn.comparison), key="check_gradients")
+        if report.failure and "analytic" in pair:
+            st.info(f"The formula raised, so there is no analytic gradient to compare. Choose {pair_name(('reference', 'numerical'))} "
+                    "above to see how the finite differences agree with autograd.")
         else:
-            size = comparison.plan.n_inputs * comparison.plan.n_outputs
-            st.info(f"No Jacobians for {name}: {comparison.plan.n_outputs:,} outputs × {comparison.plan.n_inputs:,} inputs = "
-                    f"{size:,} entries, above the limit of {DEFAULT_JACOBIAN_LIMIT:,} worth drawing. Choose a smaller shape to see them.")
-with sweep_tab:
-    st.caption("Max |numerical − reference| for finite-difference steps from 1e-1 to 1e-12, in float32 and float64: "
-               "where truncation error gives way to rounding error, and which step is best. About 50 times the "
-               "finite differences above.")
-    if st.toggle("Run the step sweep", False, key="check_sweep", bind=URL):
-        sweep = ui.compute(views.gradient_sweep, case, formula, what="Sweeping the finite-difference step…")
-        if sweep is not None:
-            ui.chart(step_sweep_figure(sweep), key="check_sweep_figure")
-with conformance_tab:
-    st.caption("PyTorch's own verdict on this Function: gradcheck (fast and slow), gradgradcheck (double backward), "
-               "forward-mode AD, vmap and more, each as pass, fail, not supported or skipped. Slow: gradcheck "
-               "loops over elements in Python.")
-    if st.toggle("Run PyTorch's checks", False, key="check_conformance", bind=URL):
-        checks = ui.compute(views.conformance, case, formula, what="Running gradcheck and friends…")
-        if checks is not None:
-            ui.chart(conformance_table(checks), key="check_conformance_table")
-with devices_tab:
-    accelerators = views.accelerators()
-    if not accelerators:
-        reasons = " ".join(device_problem(kind) or "" for kind in ("cuda", "mps"))
-        st.caption(f"No CUDA or MPS device is present to compare the CPU with. {reasons}")
-    for device in accelerators:
-        difference = ui.compute(views.device_difference, case, formula, device, what=f"Checking on the CPU and on {device}…")
-        if difference is not None:
-            st.markdown(f"**CPU**: {difference.verdict_cpu}  \n**{device}**: {difference.verdict_device}")
-            st.dataframe([{"input": k, f"max |CPU − {device}| (analytic)": v} for k, v in difference.max_difference.items()],
-                         hide_index=True, width="stretch", key=f"check_device_{device}")
+            ui.chart(error_heatmap(drawn.comparison, pair, relative), key="check_errors")
+            st.subheader("Worst elements and the spread of errors")
+            table, histogram = st.columns(2)
+            with table:
+                st.caption(f"The elements of {name} with the largest |{pair[0]} − {pair[1]}| (ten at most, NaN/Inf left out).")
+                number = st.column_config.NumberColumn(format="%.4g")
+                st.dataframe(worst_elements(comparison, pair), hide_index=True, width="stretch", key="check_worst",
+                             column_config={column: number for column in ("analytic", "reference", "numerical", "abs error", "rel error")})
+            with histogram:
+                ui.chart(error_histogram(report, pair), key="check_histogram")
 
-# ---- 4. downloads and the script ------------------------------------------------------------------
-if report is not None:
-    st.subheader("Downloads")
-    csv_column, json_column = st.columns(2)
-    with csv_column:  # built when clicked: a large case's CSV would slow every rerun
-        ui.download("Gradients and errors, one row per element (CSV)", lambda: element_rows(report, limit=2**31)[0],
-                    f"gradients_{formula}.csv", key="check_download_csv")
-    with json_column:
-        ui.download("Report summary (JSON)", summary(report, case), f"report_{formula}.json", key="check_download_json")
+    # ---- 3. more checks, in tabs -------------------------------------------------------------------------
+    jacobians_tab, sweep_tab, conformance_tab, devices_tab = st.tabs(["Jacobians", "Step sweep", "PyTorch's checks", "CPU vs accelerator"])
+    with jacobians_tab:
+        if report is None:
+            st.info("Nothing to show: the check above did not run.")
+        else:
+            figure = jacobian_heatmaps(comparison)
+            if figure is not None:
+                ui.chart(figure, key="check_jacobians")
+            elif report.failure:
+                st.info("No Jacobians: the formula raised, so its backward cannot be read row by row.")
+            else:
+                size = comparison.plan.n_inputs * comparison.plan.n_outputs
+                st.info(f"No Jacobians for {name}: {comparison.plan.n_outputs:,} outputs × {comparison.plan.n_inputs:,} inputs = "
+                        f"{size:,} entries, above the limit of {DEFAULT_JACOBIAN_LIMIT:,} worth drawing. Choose a smaller shape to see them.")
+    with sweep_tab:
+        st.caption("Max |numerical − reference| for finite-difference steps from 1e-1 to 1e-12, in float32 and float64: "
+                   "where truncation error gives way to rounding error, and which step is best. About 50 times the "
+                   "finite differences above.")
+        if st.toggle("Run the step sweep", False, key="check_sweep", bind=URL):
+            sweep = ui.compute(views.gradient_sweep, case, formula, what="Sweeping the finite-difference step…")
+            if sweep is not None:
+                ui.chart(step_sweep_figure(sweep), key="check_sweep_figure")
+    with conformance_tab:
+        st.caption("PyTorch's own verdict on this Function: gradcheck (fast and slow), gradgradcheck (double backward), "
+                   "forward-mode AD, vmap and more, each as pass, fail, not supported or skipped. Slow: gradcheck "
+                   "loops over elements in Python.")
+        if st.toggle("Run PyTorch's checks", False, key="check_conformance", bind=URL):
+            checks = ui.compute(views.conformance, case, formula, what="Running gradcheck and friends…")
+            if checks is not None:
+                ui.chart(conformance_table(checks), key="check_conformance_table")
+    with devices_tab:
+        accelerators = views.accelerators()
+        if not accelerators:
+            reasons = " ".join(device_problem(kind) or "" for kind in ("cuda", "mps"))
+            st.caption(f"No CUDA or MPS device is present to compare the CPU with. {reasons}")
+        for device in accelerators:
+            difference = ui.compute(views.device_difference, case, formula, device, what=f"Checking on the CPU and on {device}…")
+            if difference is not None:
+                st.markdown(f"**CPU**: {difference.verdict_cpu}  \n**{device}**: {difference.verdict_device}")
+                st.dataframe([{"input": k, f"max |CPU − {device}| (analytic)": v} for k, v in difference.max_difference.items()],
+                             hide_index=True, width="stretch", key=f"check_device_{device}")
 
-st.subheader("Reproduce in Python")
-with ui.guard("Writing the script"):
-    snippet = python_snippet(case, formula)
-    st.caption("The same check as a standalone script: it rebuilds this case's inputs with the app's lib, then uses plain "
-               "torch. Run it with the app's python from any directory.")
-    st.code(snippet, language="python", height=480)
-    ui.download("Download the script (.py)", snippet, file_name(case, formula), key="check_download_script")
+    # ---- 4. downloads and the script ------------------------------------------------------------------
+    if report is not None:
+        st.subheader("Downloads")
+        csv_column, json_column = st.columns(2)
+        with csv_column:  # built when clicked: a large case's CSV would slow every rerun
+            ui.download("Gradients and errors, one row per element (CSV)", lambda: element_rows(report, limit=2**31)[0],
+                        f"gradients_{formula}.csv", key="check_download_csv")
+        with json_column:
+            ui.download("Report summary (JSON)", summary(report, case), f"report_{formula}.json", key="check_download_json")
+
+    st.subheader("Reproduce in Python")
+    with ui.guard("Writing the script"):
+        snippet = python_snippet(case, formula)
+        st.caption("The same check as a standalone script: it rebuilds this case's inputs with the app's lib, then uses plain "
+                   "torch. Run it with the app's python from any directory.")
+        st.code(snippet, language="python", height=480)
+        ui.download("Download the script (.py)", snippet, file_name(case, formula), key="check_download_script")

@@ -17,43 +17,45 @@ case = ui.page_setup(
     "over the loss contours, and how far its gradient is from the reference's at every point of that plane.",
 )
 
-sizes = ui.compute(views.input_sizes, case, what="Building the inputs…")
-if sizes is None:
-    st.info("Fix the case in the sidebar to see the gradient field.")
-    st.stop()
-names = case.get_family().input_names
+# whatever fails below is said in words on the page, never as a traceback
+with ui.guard("This page"):
+    sizes = ui.compute(views.input_sizes, case, what="Building the inputs…")
+    if sizes is None:
+        st.info("Fix the case in the sidebar to see the gradient field.")
+        st.stop()
+    names = case.get_family().input_names
 
-*plane_columns, resolution_col = st.columns([3, 2, 2, 2, 3, 3])
-spec, span = ui.plane_controls("field", case, sizes, plane_columns)
-resolution = int(resolution_col.slider("Arrows per side", 5, 41, 15, key="field_resolution", bind=URL))
-index = spec.index
+    *plane_columns, resolution_col = st.columns([3, 2, 2, 2, 3, 3])
+    spec, span = ui.plane_controls("field", case, sizes, plane_columns)
+    resolution = int(resolution_col.slider("Arrows per side", 5, 41, 15, key="field_resolution", bind=URL))
+    index = spec.index
 
-field = ui.compute(views.field, case, spec, resolution, span, what="Computing every formula's gradient on the plane…")
-if field is not None:
-    for formula, problem in field.problems.items():
-        st.warning(f"**{formula}** raised an error, so it has no arrows: {problem}", icon="⚠️")
-    if field.directions:
-        background = ui.compute(views.surface, case, spec, BACKGROUND_RESOLUTION, span, what="Computing the loss contours…")
-        figure = gradient_field_figure(field, background)
-        figure.update_layout(height=760)
-        figure.update_xaxes(constrain="domain")  # equal aspect in a wide column: no empty range beside the arrows
-        ui.chart(figure, key="field_chart")
-        st.caption(
-            "Each arrow is a formula's −gradient projected on the plane: the way one step of gradient descent moves the "
-            f"input ({names[index]}). Arrows all have the same length, so only directions show; lengths are in the hover. "
-            "The ✕ is the current point; the ★ is the target (where the loss pulls the moving input, projected on the plane). "
-            "A correct formula's arrows head down the loss towards the ★; the tutorial's point away from it."
-        )
+    field = ui.compute(views.field, case, spec, resolution, span, what="Computing every formula's gradient on the plane…")
+    if field is not None:
+        for formula, problem in field.problems.items():
+            st.warning(f"**{formula}** raised an error, so it has no arrows: {problem}", icon="⚠️")
+        if field.directions:
+            background = ui.compute(views.surface, case, spec, BACKGROUND_RESOLUTION, span, what="Computing the loss contours…")
+            figure = gradient_field_figure(field, background)
+            figure.update_layout(height=760)
+            figure.update_xaxes(constrain="domain")  # equal aspect in a wide column: no empty range beside the arrows
+            ui.chart(figure, key="field_chart")
+            st.caption(
+                "Each arrow is a formula's −gradient projected on the plane: the way one step of gradient descent moves the "
+                f"input ({names[index]}). Arrows all have the same length, so only directions show; lengths are in the hover. "
+                "The ✕ is the current point; the ★ is the target (where the loss pulls the moving input, projected on the plane). "
+                "A correct formula's arrows head down the loss towards the ★; the tutorial's point away from it."
+            )
 
-        if field.errors:
-            st.subheader("Where each formula's gradient is wrong")
-            st.caption("‖analytic − reference‖ over the whole input at every point of the plane, all maps on one log colour "
-                       "scale; ✕ marks the current point, blank cells are exactly 0.")
-            maps = list(error_field_figures(field).items())
-            per_row = min(3, len(maps))
-            for start in range(0, len(maps), per_row):
-                for column, (formula, figure) in zip(st.columns(per_row), maps[start : start + per_row]):
-                    with column:
-                        ui.chart(figure, key=f"field_error_{formula}")
-        ui.download("Download the field (CSV)", ui.grid_rows(field.a, field.b, **field_columns(field)),
-                    "gradient_field.csv", key="field_download")
+            if field.errors:
+                st.subheader("Where each formula's gradient is wrong")
+                st.caption("‖analytic − reference‖ over the whole input at every point of the plane, all maps on one log colour "
+                           "scale; ✕ marks the current point, blank cells are exactly 0.")
+                maps = list(error_field_figures(field).items())
+                per_row = min(3, len(maps))
+                for start in range(0, len(maps), per_row):
+                    for column, (formula, figure) in zip(st.columns(per_row), maps[start : start + per_row]):
+                        with column:
+                            ui.chart(figure, key=f"field_error_{formula}")
+            ui.download("Download the field (CSV)", ui.grid_rows(field.a, field.b, **field_columns(field)),
+                        "gradient_field.csv", key="field_download")

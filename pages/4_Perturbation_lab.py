@@ -16,22 +16,24 @@ case = ui.page_setup(
     "range and see where each formula's gradient stops agreeing with autograd through the reference.",
 )
 
-kind_col, metric_col = st.columns(2)
-kind = kind_col.selectbox("Perturbation to sweep", list(SWEEPS), key="lab_kind", bind=URL,
-                          help="Every other setting comes from the sidebar; this one is replaced by each value of the sweep.")
-metric = metric_col.selectbox("Metric", list(METRICS), key="lab_metric", bind=URL, help=METRIC_HELP)
-st.caption(f"**What to look for.** {SWEEPS[kind].look_for}")
+# whatever fails below is said in words on the page, never as a traceback
+with ui.guard("This page"):
+    kind_col, metric_col = st.columns(2)
+    kind = kind_col.selectbox("Perturbation to sweep", list(SWEEPS), key="lab_kind", bind=URL,
+                              help="Every other setting comes from the sidebar; this one is replaced by each value of the sweep.")
+    metric = metric_col.selectbox("Metric", list(METRICS), key="lab_metric", bind=URL, help=METRIC_HELP)
+    st.caption(f"**What to look for.** {SWEEPS[kind].look_for}")
 
-result = ui.compute(views.perturbation_sweep, case, kind, what=f"Sweeping the {kind} over {len(SWEEPS[kind].values)} values…")
-if result is not None:
-    figure = sweep_figure(result, metric)
-    figure.update_layout(height=520)
-    ui.chart(figure, key="lab_chart")
-    for formula in result.formulas:
-        raised = [(label, problem) for label, problem in zip(result.labels, result.problems[formula]) if problem]
-        if raised:
-            where = "every value" if len(raised) == len(result.values) else ", ".join(label for label, _ in raised)
-            st.warning(f"**{formula}** raised at {where}, so it has no gradient there: {raised[0][1]}", icon="⚠️")
-    if case.perturbation.active:
-        st.caption(f"The sidebar's other perturbations stay on: {case.perturbation.describe()}.")
-    ui.download("Download the sweep (CSV)", result.rows(), f"sweep_{kind.replace(' ', '_')}.csv", key="lab_download")
+    result = ui.compute(views.perturbation_sweep, case, kind, what=f"Sweeping the {kind} over {len(SWEEPS[kind].values)} values…")
+    if result is not None:
+        figure = sweep_figure(result, metric)
+        figure.update_layout(height=520)
+        ui.chart(figure, key="lab_chart")
+        for formula in result.formulas:
+            raised = [(label, problem) for label, problem in zip(result.labels, result.problems[formula]) if problem]
+            if raised:
+                where = "every value" if len(raised) == len(result.values) else ", ".join(label for label, _ in raised)
+                st.warning(f"**{formula}** raised at {where}, so it has no gradient there: {raised[0][1]}", icon="⚠️")
+        if case.perturbation.active:
+            st.caption(f"The sidebar's other perturbations stay on: {case.perturbation.describe()}.")
+        ui.download("Download the sweep (CSV)", result.rows(), f"sweep_{kind.replace(' ', '_')}.csv", key="lab_download")

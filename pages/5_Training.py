@@ -18,35 +18,37 @@ case = ui.page_setup(
     "optimizer with its own backward, while the loss and the true gradient come from the reference.",
 )
 
-optimizer_col, rate_col, steps_col = st.columns([2, 3, 3])
-optimizer = optimizer_col.selectbox("Optimizer", list(OPTIMIZERS), key="train_optimizer", bind=URL,
-                                    help="SGD + momentum uses momentum 0.9; Adam its defaults.")
-learning_rate = float(rate_col.select_slider("Learning rate", LEARNING_RATES, value=0.1, key="train_lr", bind=URL,
-                                             format_func=lambda v: f"{v:g}"))
-steps = int(steps_col.slider("Steps", 1, MAX_STEPS, 200, key="train_steps", bind=URL))
+# whatever fails below is said in words on the page, never as a traceback
+with ui.guard("This page"):
+    optimizer_col, rate_col, steps_col = st.columns([2, 3, 3])
+    optimizer = optimizer_col.selectbox("Optimizer", list(OPTIMIZERS), key="train_optimizer", bind=URL,
+                                        help="SGD + momentum uses momentum 0.9; Adam its defaults.")
+    learning_rate = float(rate_col.select_slider("Learning rate", LEARNING_RATES, value=0.1, key="train_lr", bind=URL,
+                                                 format_func=lambda v: f"{v:g}"))
+    steps = int(steps_col.slider("Steps", 1, MAX_STEPS, 200, key="train_steps", bind=URL))
 
-runs = ui.compute(views.training, case, views.PlaneSpec(), optimizer, learning_rate, steps,
-                  what=f"Running {optimizer} for {steps} steps per formula…")
-if runs is not None:
-    family = case.get_family()
-    moving = family.input_names[0]
-    summary = training_summary(runs)
-    st.dataframe(summary, hide_index=True, width="stretch", key="train_summary", column_config={
-        "start loss": st.column_config.NumberColumn(format="%.4g"),
-        "final loss": st.column_config.NumberColumn(format="%.4g", help="The last finite loss of the run."),
-        "loss change": st.column_config.NumberColumn(format="%+.4g", help="Final minus start: negative is progress."),
-        "mean cosine to true gradient": st.column_config.NumberColumn(
-            format="%.3f", help="Between the gradient the formula followed and the true one, averaged over the steps: −1 walks uphill."),
-    }, column_order=["formula", "status", "start loss", "final loss", "loss change", "mean cosine to true gradient"])
-    for row in summary:
-        st.markdown(f":{BADGES[row['status']]}-badge[{row['status']}] **{row['formula']}**: {row['what happened'].rstrip('.')}.")
-    figure = trajectory_curves_figure(runs)
-    figure.update_layout(height=460)
-    ui.chart(figure, key="train_curves_chart")
-    st.caption(
-        f"Loss: {family.description} When the loss is 1 − similarity, as for cosine similarity, the loss curve is the "
-        f"similarity between {moving} and the other input upside down (0: aligned, 1: orthogonal, 2: opposite), so no "
-        "separate similarity curve is drawn. The middle panel is the cosine between the gradient each formula followed "
-        "and the true one: −1 means it walks straight uphill."
-    )
-    ui.download("Download the trajectories (CSV)", trajectory_rows(runs), "training.csv", key="train_download")
+    runs = ui.compute(views.training, case, views.PlaneSpec(), optimizer, learning_rate, steps,
+                      what=f"Running {optimizer} for {steps} steps per formula…")
+    if runs is not None:
+        family = case.get_family()
+        moving = family.input_names[0]
+        summary = training_summary(runs)
+        st.dataframe(summary, hide_index=True, width="stretch", key="train_summary", column_config={
+            "start loss": st.column_config.NumberColumn(format="%.4g"),
+            "final loss": st.column_config.NumberColumn(format="%.4g", help="The last finite loss of the run."),
+            "loss change": st.column_config.NumberColumn(format="%+.4g", help="Final minus start: negative is progress."),
+            "mean cosine to true gradient": st.column_config.NumberColumn(
+                format="%.3f", help="Between the gradient the formula followed and the true one, averaged over the steps: −1 walks uphill."),
+        }, column_order=["formula", "status", "start loss", "final loss", "loss change", "mean cosine to true gradient"])
+        for row in summary:
+            st.markdown(f":{BADGES[row['status']]}-badge[{row['status']}] **{row['formula']}**: {row['what happened'].rstrip('.')}.")
+        figure = trajectory_curves_figure(runs)
+        figure.update_layout(height=460)
+        ui.chart(figure, key="train_curves_chart")
+        st.caption(
+            f"Loss: {family.description} When the loss is 1 − similarity, as for cosine similarity, the loss curve is the "
+            f"similarity between {moving} and the other input upside down (0: aligned, 1: orthogonal, 2: opposite), so no "
+            "separate similarity curve is drawn. The middle panel is the cosine between the gradient each formula followed "
+            "and the true one: −1 means it walks straight uphill."
+        )
+        ui.download("Download the trajectories (CSV)", trajectory_rows(runs), "training.csv", key="train_download")

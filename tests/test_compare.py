@@ -187,3 +187,13 @@ def test_one_nan_row_spoils_only_its_own_elements_and_stays_fast():
     numerical = c.gradients["numerical"]
     assert np.isfinite(numerical[np.arange(40) != 3]).all()  # every other row keeps its gradient
     assert report.verdict.passed, report.verdict.summary  # no verdict where the truth is NaN itself
+
+
+def test_step_sweep_of_nan_inputs_has_no_best_step_and_does_not_raise():
+    from lib.figures.check import step_sweep_figure
+
+    x1, x2 = COSINE.build_inputs((1, 4))
+    x1[0, 0] = math.nan  # found by fuzzing: every error NaN
+    sweep = step_sweep(COSINE, "tutorial", (x1, x2), steps=(1e-3, 1e-6))
+    assert math.isnan(sweep.best_step("float64"))
+    assert len(step_sweep_figure(sweep).data) == 2  # the two curves, no best-step stars

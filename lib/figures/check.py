@@ -233,6 +233,8 @@ def step_sweep_figure(sweep: StepSweep) -> go.Figure:
             )
         )  # fmt: skip
         best = sweep.best_step(dtype)
+        if not math.isfinite(best):  # no step gave a finite error (NaN inputs, say): nothing to mark
+            continue
         fig.add_trace(
             go.Scatter(
                 x=[best], y=[errors[sweep.steps.index(best)]], mode="markers", name=f"best h for {dtype}: {best:.2g}",

@@ -2,6 +2,7 @@
 one slider and one select changed (each reruns, changes what is drawn and the URL), and the
 changed URL reloaded into the same view."""
 
+import time
 from dataclasses import dataclass
 
 import pytest
@@ -43,12 +44,23 @@ def content(page, check: PageCheck) -> str:
     return harness.signature(harness.charts(page))
 
 
+def changed_content(page, check: PageCheck, previous: str, timeout: float = 15.0) -> str:
+    """What the page draws once it differs from ``previous`` (the grid and plotly redraw after the
+    run has finished), or what it still draws after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        now = content(page, check)
+        if now != previous or time.monotonic() > deadline:
+            return now
+        time.sleep(0.25)
+
+
 def assert_drawn(page, check: PageCheck) -> None:
     assert harness.errors(page) == []
     if check.page == "home":
         text = harness.table_text(page)
         assert "corrected" in text and "tutorial" in text  # a row per formula
-        assert "pass" in text and "fail" in text
+        assert "fail" in text  # the tutorial's verdict, at any setting
         return
     charts = harness.charts(page)
     assert charts, "no plotly chart on the page"
@@ -80,7 +92,7 @@ def test_deep_link_controls_and_reload(page, app_url, check):
     assert moved != before_value
     assert check.slider in harness.query_of(page.url)
     assert_drawn(page, check)
-    after_slider = content(page, check)
+    after_slider = changed_content(page, check, drawn)
     assert after_slider != drawn, f"moving {check.slider} did not change what is drawn"
 
     # one select, another option
@@ -92,7 +104,7 @@ def test_deep_link_controls_and_reload(page, app_url, check):
     assert harness.select_value(page, select) == option
     assert harness.query_of(page.url).get(select) == option
     assert_drawn(page, check)
-    after_select = content(page, check)
+    after_select = changed_content(page, check, after_slider)
     assert after_select != after_slider, f"picking {option} in {select} did not change what is drawn"
 
     # the URL now holds the whole view: reloaded, a new session shows the same

@@ -109,3 +109,15 @@ def test_any_combination_of_controls_gives_a_page_or_words(page, data):
     sidebar = data.draw(query(SIDEBAR), label="sidebar")
     controls = data.draw(query(PAGES[page]), label="page controls")
     assert_readable(app(page, **sidebar, **controls))
+
+
+# What fuzzing found, kept as regressions.
+FOUND = [
+    ("pages/1_Gradient_check.py", {"rows": "1", "inject": "nan", "check_sweep": "true"}),  # all-NaN step sweep
+    ("pages/3_Loss_surface.py", {"rows": "1", "features": "1"}),  # a degenerate plane (u ∥ v)
+]
+
+
+@pytest.mark.parametrize("page, link", FOUND)
+def test_what_fuzzing_found_stays_fixed(page, link):
+    assert_readable(app(page, **link))
