@@ -36,7 +36,7 @@ with ui.guard("This page"):
         family = case.get_family()
         st.subheader(f"{family.title}: what the specimen gets wrong")
         if family.specimen:
-            st.code(family.specimen, language="python", wrap_lines=True)
+            st.code(family.specimen, language="python")  # long lines scroll: wrapping would break the indentation
         wrong = next((f for f in family.formulas.values() if not f.correct), None)
         right = next((f for f in family.formulas.values() if f.correct), None)
         left, middle = st.columns(2)

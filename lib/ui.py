@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
+import pandas  # noqa: F401 - imported whole before any session: a half-imported pandas breaks plotly in another session
 import streamlit as st
 
 from lib import plugins, views

@@ -177,7 +177,7 @@ def trajectory_curves_figure(trajectories: TrajectorySet) -> go.Figure:
     fig.update_xaxes(title_text="step")
     fig.update_yaxes(title_text="loss", row=1, col=1)
     fig.update_yaxes(title_text="cosine", range=[-1.05, 1.05], row=1, col=2)
-    fig.update_yaxes(title_text="gradient norm", type="log", row=1, col=3)
+    fig.update_yaxes(title_text="gradient norm", type="log", exponentformat="power", row=1, col=3)
     title = f"{trajectories.optimizer}, learning rate {trajectories.learning_rate:g}, {trajectories.steps} steps"
     base_layout(fig, title)
     # below the panels: above them it would cover the panel titles

@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 PALETTE = ("#D55E00", "#0072B2", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000")
 KNOWN = {
     "tutorial": "#D55E00",  # vermillion: the specimen
-    "sign-fixed": "#E69F00",
+    "sign-fixed": "#0072B2",  # blue: far from the tutorial's vermillion, they overlap a lot
     "norm-fixed": "#CC79A7",
     "sign+norm-fixed": "#56B4E9",
     "corrected": "#009E73",  # green: right

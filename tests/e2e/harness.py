@@ -50,18 +50,47 @@ PAGES = {
 APP = "[data-testid='stApp']"
 IDLE = f"{APP}[data-test-script-state='notRunning']"
 
-# Counts finished script runs as the page sees them (the attribute moving to notRunning), with the
-# page's clock, so that a rerun's time can be read without polling from Python.
+# Counts the script runs the server reports finished, with the page's clock, so that a rerun's time
+# can be read without polling from Python. It reads the top-level fields of every ForwardMsg that
+# arrives on Streamlit's websocket: field 6 is script_finished (0: finished, 3: a fragment finished;
+# 2, cut short for another rerun, is not counted). The stApp element's data-test-script-state is
+# not enough: under load both messages of a run arrive in one tick and the attribute never moves.
 RUN_COUNTER = """
 window.__runs = {finished: 0, times: []};
-new MutationObserver(mutations => {
-  for (const m of mutations) {
-    if (m.target.getAttribute('data-test-script-state') === 'notRunning') {
-      window.__runs.finished++;
-      window.__runs.times.push(performance.now());
+(() => {
+  const Native = window.WebSocket;
+  function varint(bytes, pos) {
+    let value = 0, shift = 0, b;
+    do { b = bytes[pos++]; value += (b & 0x7f) * Math.pow(2, shift); shift += 7; } while (b & 0x80);
+    return [value, pos];
+  }
+  function inspect(data) {
+    if (!(data instanceof ArrayBuffer)) return;
+    const bytes = new Uint8Array(data);
+    let pos = 0, tag, value;
+    while (pos < bytes.length) {
+      [tag, pos] = varint(bytes, pos);
+      const field = Math.floor(tag / 8), wire = tag & 7;
+      if (wire === 0) {
+        [value, pos] = varint(bytes, pos);
+        if (field === 6 && (value === 0 || value === 3)) {
+          window.__runs.finished++;
+          window.__runs.times.push(performance.now());
+        }
+      } else if (wire === 2) { [value, pos] = varint(bytes, pos); pos += value; }
+      else if (wire === 1) pos += 8;
+      else if (wire === 5) pos += 4;
+      else return;
     }
   }
-}).observe(document, {subtree: true, attributes: true, attributeFilter: ['data-test-script-state']});
+  window.WebSocket = function (...args) {
+    const socket = new Native(...args);
+    socket.addEventListener('message', event => inspect(event.data));
+    return socket;
+  };
+  window.WebSocket.prototype = Native.prototype;
+  Object.assign(window.WebSocket, {CONNECTING: 0, OPEN: 1, CLOSING: 2, CLOSED: 3});
+})();
 """
 
 # True once the script has finished and nothing is still being laid out.
@@ -76,6 +105,14 @@ RERUN_DONE_JS = """(before) => {
   return window.__runs.finished > before && !!app && app.getAttribute('data-test-script-state') === 'notRunning'
     && document.querySelectorAll("[data-testid='stSkeleton']").length === 0;
 }"""
+
+STATE_JS = """() => ({
+  state: document.querySelector("[data-testid='stApp']")?.getAttribute('data-test-script-state'),
+  skeletons: document.querySelectorAll("[data-testid='stSkeleton']").length,
+  finished: window.__runs.finished, url: location.href,
+  status: document.querySelector("[data-testid='stStatusWidget']")?.innerText,
+  dialog: document.querySelector("[role='dialog']")?.innerText,
+})"""
 
 # Per drawn plotly chart: its widget key, how many traces it has, how many marks are drawn
 # (trace groups and heatmap images) and a deterministic text of its data (trace uids are random,
@@ -329,7 +366,11 @@ async def _a_change(page, session: Session, action, timeout: float) -> None:
     before = await page.evaluate("window.__runs.finished")
     start = await page.evaluate("performance.now()")
     await action()
-    await page.wait_for_function(RERUN_DONE_JS, arg=before, timeout=timeout)
+    try:
+        await page.wait_for_function(RERUN_DONE_JS, arg=before, timeout=timeout)
+    except Exception as error:  # noqa: BLE001 - say what the page looked like
+        state = await page.evaluate(STATE_JS)
+        raise RuntimeError(f"no finished rerun {timeout / 1000:.0f} s after a change ({state})") from error
     finished = await page.evaluate(f"window.__runs.times[{before}]")
     session.rerun_ms.append(finished - start)
     session.changes += 1

@@ -7,10 +7,8 @@ from tests.e2e import harness
 pytestmark = pytest.mark.e2e
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "a race on a cold server: one session's st.dataframe imports pandas while another's plotly figure peeks at "
-    "sys.modules['pandas'] half-initialised (AttributeError: partially initialized module 'pandas' has no "
-    "attribute 'Series'). Fix: import pandas at the top of lib/ui.py; then remove this marker."))
+# a race on a cold server, fixed by importing pandas whole in lib/ui.py before any session: one
+# session's st.dataframe imported pandas while another's plotly figure saw it half-initialised
 def test_sessions_opened_at_once_on_a_cold_server(browser):
     with harness.streamlit_server() as url:
         sessions = [s for s in harness.load_sessions(8) if s.name in ("field A", "field B", "training A", "training B")]

@@ -4,6 +4,7 @@ changed URL reloaded into the same view."""
 
 import time
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -125,5 +126,5 @@ def test_sidebar_lists_every_page(page, app_url):
     page.goto(app_url)
     harness.wait_idle(page)
     links = page.locator("[data-testid='stSidebarNav'] a")
-    hrefs = {harness.urlsplit(h).path for h in (links.nth(i).get_attribute("href") for i in range(links.count()))}
+    hrefs = {urlsplit(h).path for h in (links.nth(i).get_attribute("href") for i in range(links.count()))}
     assert hrefs == set(harness.PAGES.values())
