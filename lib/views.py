@@ -40,11 +40,6 @@ def _checked_inputs(case: Case):
     return case.inputs()
 
 
-def _elements(inputs) -> int:
-    """Elements of all inputs: what one evaluation of the function touches."""
-    return sum(int(x.numel()) for x in inputs)
-
-
 def _formulas(case: Case) -> tuple[str, ...]:
     family = case.get_family()
     unknown = [f for f in case.formulas if f not in family.formulas]
@@ -131,36 +126,42 @@ def _plane(case: Case, spec: PlaneSpec, inputs) -> Plane:
                       coordinates=spec.coordinates, row=spec.row)
 
 
+def _sizes(case: Case) -> tuple[int, int, int]:
+    """(elements of one input, of all inputs, bytes per element) from the Case alone: the guards
+    judge a setting before anything is allocated (broadcast inputs are smaller: an upper bound)."""
+    n = math.prod(case.shape)
+    return n, n * len(case.get_family().input_names), case.torch_dtype().itemsize
+
+
 def surface(case: Case, spec: PlaneSpec, resolution: int, span: float, one_dimensional: bool = False) -> Surface:
-    inputs = _checked_inputs(case)
-    n = inputs[spec.index].numel() if spec.index < len(inputs) else 1
+    n, total, itemsize = _sizes(case)
     points = resolution if one_dimensional else resolution**2
-    budget.require(budget.surface_bytes(points, n, inputs[0].element_size(), chunk_points(n, inputs[0].element_size())),
-                   f"A {'slice' if one_dimensional else 'surface'} of {points} points", "Lower the resolution or the shape.")
-    budget.require_work(points * _elements(inputs), f"A {'slice' if one_dimensional else 'surface'} of {points} points at shape {case.shape}",
-                        "Lower the resolution or the shape.")
+    what = f"A {'slice' if one_dimensional else 'surface'} of {points} points at shape {case.shape}"
+    budget.require(budget.surface_bytes(points, n, itemsize, chunk_points(n, itemsize)), what, "Lower the resolution or the shape.")
+    budget.require_work(points * total, what, "Lower the resolution or the shape.")
+    inputs = _checked_inputs(case)
     return loss_surface(case.get_family(), inputs, case.param_values(), _plane(case, spec, inputs),
                         resolution=resolution, span=span, one_dimensional=one_dimensional)
 
 
 def field(case: Case, spec: PlaneSpec, resolution: int, span: float) -> GradientField:
-    inputs = _checked_inputs(case)
     formulas = _formulas(case)
-    budget.require(budget.field_bytes(resolution**2, inputs[spec.index].numel() if spec.index < len(inputs) else 1, len(formulas)),
-                   f"A gradient field of {resolution}×{resolution} points", "Lower the field resolution or the shape.")
-    budget.require_work(3 * resolution**2 * (len(formulas) + 1) * _elements(inputs), f"A gradient field of {resolution}×{resolution} points",
-                        "Lower the field resolution or the shape.")
+    n, total, _ = _sizes(case)
+    what = f"A gradient field of {resolution}×{resolution} points at shape {case.shape}"
+    budget.require(budget.field_bytes(resolution**2, n, len(formulas)), what, "Lower the field resolution or the shape.")
+    budget.require_work(3 * resolution**2 * (len(formulas) + 1) * total, what, "Lower the field resolution or the shape.")
+    inputs = _checked_inputs(case)
     return gradient_field(case.get_family(), inputs, case.param_values(), _plane(case, spec, inputs), formulas,
                           resolution=resolution, span=span)
 
 
 def training(case: Case, spec: PlaneSpec, optimizer: str, learning_rate: float, steps: int) -> TrajectorySet:
-    inputs = _checked_inputs(case)
     formulas = _formulas(case)
-    budget.require(budget.trajectory_bytes(steps, inputs[spec.index].numel() if spec.index < len(inputs) else 1, len(formulas)),
-                   f"{steps} optimizer steps for {len(formulas)} formulas", "Take fewer steps or a smaller shape.")
-    budget.require_work(4 * steps * len(formulas) * _elements(inputs), f"{steps} optimizer steps for {len(formulas)} formulas",
-                        "Take fewer steps or a smaller shape.")
+    n, total, _ = _sizes(case)
+    what = f"{steps} optimizer steps for {len(formulas)} formulas at shape {case.shape}"
+    budget.require(budget.trajectory_bytes(steps, n, len(formulas)), what, "Take fewer steps or a smaller shape.")
+    budget.require_work(4 * steps * len(formulas) * total, what, "Take fewer steps or a smaller shape.")
+    inputs = _checked_inputs(case)
     return trajectories(case.get_family(), inputs, case.param_values(), formulas, _plane(case, spec, inputs),
                         optimizer=optimizer, learning_rate=learning_rate, steps=steps)
 

@@ -37,6 +37,29 @@ def test_memory_guard_refuses_before_allocating(no_inputs, monkeypatch):
         views.surface(Case(shape=(4096, 4096)), views.PlaneSpec(), 201, 1.0)
     with pytest.raises(LabError, match="budget"):
         views.training(Case(shape=(4096, 4096)), views.PlaneSpec(), "SGD", 0.1, 2000)
+    with pytest.raises(LabError, match="budget"):
+        views.field(Case(shape=(4096, 4096)), views.PlaneSpec(), 41, 1.0)
+
+
+def test_refusing_a_huge_setting_keeps_peak_memory_low():
+    """2000 steps at 4096×4096 would keep ~1.5 TB of positions; refusing it allocates next to nothing."""
+    from pathlib import Path
+
+    status = Path("/proc/self/status")
+    if not status.exists():
+        pytest.skip("needs Linux's /proc to read the peak resident memory")
+
+    def kib(field):
+        return next(int(line.split()[1]) for line in status.read_text().splitlines() if line.startswith(field + ":"))
+
+    Path("/proc/self/clear_refs").write_text("5")  # reset the peak (VmHWM) to the current size
+    before = kib("VmRSS")
+    for refuse in (lambda: views.training(Case(shape=(4096, 4096)), views.PlaneSpec(), "SGD", 0.1, 2000),
+                   lambda: views.surface(Case(shape=(4096, 4096), dtype="float32"), views.PlaneSpec(), 201, 1.0),
+                   lambda: views.field(Case(shape=(4096, 4096)), views.PlaneSpec(), 41, 1.0)):
+        with pytest.raises(LabError):
+            refuse()
+    assert kib("VmHWM") - before < 32 * 1024  # well under one 4096×4096 input (128 MiB)
 
 
 def test_device_difference_on_the_cpu_is_zero():
