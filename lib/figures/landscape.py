@@ -116,9 +116,11 @@ def gradient_field_figure(field: GradientField, surface: Surface | None = None) 
     formula, one common scale), over the loss contours when given, with the target marked."""
     fig = go.Figure()
     if surface is not None:
-        fig.add_trace(go.Contour(x=surface.a, y=surface.b, z=surface.loss, colorscale="Greys", showscale=False, opacity=0.6,
-                                 name="loss", hovertemplate="a=%{x:.4g}<br>b=%{y:.4g}<br>loss=%{z:.6g}<extra></extra>",
-                                 contours={"coloring": "lines"}))
+        # light filled bands (darker is lower loss) under grey lines: visible, yet quieter than the arrows
+        fig.add_trace(go.Contour(x=surface.a, y=surface.b, z=surface.loss, colorscale=[[0, "#c8c8c8"], [1, "#ffffff"]],
+                                 showscale=False, name="loss", line={"color": "rgba(90,90,90,0.7)", "width": 1},
+                                 hovertemplate="a=%{x:.4g}<br>b=%{y:.4g}<br>loss=%{z:.6g}<extra></extra>",
+                                 contours={"coloring": "fill"}))
     cell = min(np.diff(field.a).mean(), np.diff(field.b).mean()) if field.a.size > 1 else 1.0
     for position, (formula, (da, db)) in enumerate(field.directions.items()):
         # every arrow drawn 0.8 cells long: the formulas' magnitudes differ by orders (that is
