@@ -57,8 +57,13 @@ def weighted_sum(y: Tensor) -> Tensor:
 
 
 def specimen(function: type) -> str:
-    """A Function's source without its docstring, for the home page (its ``# BUG`` comments kept)."""
-    source = inspect.getsource(function)
+    """A Function's source without docstrings, for the home page (its ``# BUG`` comments kept),
+    after the source of a base class of the same module that holds its forward."""
+    bases = [b for b in function.__bases__ if b.__module__ == function.__module__]
+    return "\n\n\n".join(_without_docstring(inspect.getsource(c)) for c in [*bases, function])
+
+
+def _without_docstring(source: str) -> str:
     if '"""' in source:
         start = source.index('"""')
         source = source[:start].rstrip() + "\n" + source[source.index('"""', start + 3) + 3 :].lstrip("\n")

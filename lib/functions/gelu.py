@@ -31,8 +31,8 @@ def _gelu(x: Tensor) -> Tensor:
     return x * 0.5 * (1 + torch.erf(x * SQRT_HALF))
 
 
-class ProductRuleGeluFunction(torch.autograd.Function):
-    """Differentiates x · Φ(x) as if Φ(x) were a constant: keeps Φ(x), drops x · φ(x)."""
+class _GeluForward(torch.autograd.Function):
+    """The right forward, shared by the buggy formulas below: only their backward differs."""
 
     generate_vmap_rule = True
 
@@ -43,6 +43,10 @@ class ProductRuleGeluFunction(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         ctx.save_for_backward(inputs[0])
+
+
+class ProductRuleGeluFunction(_GeluForward):
+    """Differentiates x · Φ(x) as if Φ(x) were a constant: keeps Φ(x), drops x · φ(x)."""
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -51,18 +55,8 @@ class ProductRuleGeluFunction(torch.autograd.Function):
         return grad_output * 0.5 * (1 + torch.erf(x * SQRT_HALF))
 
 
-class TanhBackwardGeluFunction(torch.autograd.Function):
+class TanhBackwardGeluFunction(_GeluForward):
     """The exact forward with the backward of the tanh approximation, copied from another kernel."""
-
-    generate_vmap_rule = True
-
-    @staticmethod
-    def forward(x):
-        return _gelu(x)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(inputs[0])
 
     @staticmethod
     def backward(ctx, grad_output):

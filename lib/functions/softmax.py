@@ -26,8 +26,8 @@ def _softmax(x: Tensor, dim: int) -> Tensor:
     return e / e.sum(dim, keepdim=True)
 
 
-class NoSubtractSoftmaxFunction(torch.autograd.Function):
-    """Keeps the Jacobian's diagonal, diag(y), and forgets its outer product, − y yᵀ."""
+class _SoftmaxForward(torch.autograd.Function):
+    """The right forward, shared by the buggy formulas below: only their backward differs."""
 
     generate_vmap_rule = True
 
@@ -38,6 +38,10 @@ class NoSubtractSoftmaxFunction(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         ctx.save_for_backward(output)
+
+
+class NoSubtractSoftmaxFunction(_SoftmaxForward):
+    """Keeps the Jacobian's diagonal, diag(y), and forgets its outer product, − y yᵀ."""
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -46,18 +50,8 @@ class NoSubtractSoftmaxFunction(torch.autograd.Function):
         return y * grad_output, None
 
 
-class BatchSumSoftmaxFunction(torch.autograd.Function):
+class BatchSumSoftmaxFunction(_SoftmaxForward):
     """Subtracts Σ g·y taken over the whole tensor instead of along ``dim``: right for one row only."""
-
-    generate_vmap_rule = True
-
-    @staticmethod
-    def forward(x, dim=-1):
-        return _softmax(x, dim)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(output)
 
     @staticmethod
     def backward(ctx, grad_output):

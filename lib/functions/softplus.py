@@ -28,8 +28,8 @@ def _softplus(x: Tensor, beta: float) -> Tensor:
     return torch.where(bx > THRESHOLD, x, torch.log1p(torch.exp(bx)) / beta)
 
 
-class OverflowingSoftplusFunction(torch.autograd.Function):
-    """A right forward; its backward writes the sigmoid as exp(βx) / (1 + exp(βx))."""
+class _SoftplusForward(torch.autograd.Function):
+    """The right forward, shared by the buggy formulas below: only their backward differs."""
 
     generate_vmap_rule = True
 
@@ -41,6 +41,10 @@ class OverflowingSoftplusFunction(torch.autograd.Function):
     def setup_context(ctx, inputs, output):
         ctx.save_for_backward(inputs[0])
         ctx.beta = inputs[1]
+
+
+class OverflowingSoftplusFunction(_SoftplusForward):
+    """A right forward; its backward writes the sigmoid as exp(βx) / (1 + exp(βx))."""
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -50,19 +54,8 @@ class OverflowingSoftplusFunction(torch.autograd.Function):
         return grad_output * e / (1 + e), None
 
 
-class FlippedSoftplusFunction(torch.autograd.Function):
+class FlippedSoftplusFunction(_SoftplusForward):
     """A right forward; its backward uses σ(−βx), the slope of softplus(−x) mirrored."""
-
-    generate_vmap_rule = True
-
-    @staticmethod
-    def forward(x, beta=1.0):
-        return _softplus(x, beta)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(inputs[0])
-        ctx.beta = inputs[1]
 
     @staticmethod
     def backward(ctx, grad_output):

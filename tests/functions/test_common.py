@@ -36,5 +36,7 @@ def test_weighted_sum_works_under_vmap():
 
 def test_specimen_keeps_the_code_and_its_bug_marks_without_the_docstring():
     source = specimen(OverflowingSoftplusFunction)
-    assert source.startswith("class OverflowingSoftplusFunction")
+    # the base holding its forward first, then the Function with its backward
+    assert source.startswith("class _SoftplusForward") and "def forward" in source
+    assert source.index("class OverflowingSoftplusFunction(_SoftplusForward)") > source.index("def forward")
     assert "# BUG" in source and '"""' not in source and "def backward" in source
