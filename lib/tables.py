@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from lib.landscape import GradientField
 from lib.trajectory import TrajectorySet
 
@@ -11,6 +13,14 @@ from lib.trajectory import TrajectorySet
 def _number(value) -> float:
     value = float(value)
     return value if math.isfinite(value) else math.nan
+
+
+def grid_rows(a: np.ndarray, b: np.ndarray | None, **values: np.ndarray) -> list[dict]:
+    """Rows of a grid (a, b, value...) for a CSV download; 1-D when b is None."""
+    if b is None:
+        return [{"a": float(x), **{k: float(v[i]) for k, v in values.items()}} for i, x in enumerate(a)]
+    return [{"a": float(x), "b": float(y), **{k: float(v[j, i]) for k, v in values.items()}}
+            for j, y in enumerate(b) for i, x in enumerate(a)]
 
 
 def field_columns(field: GradientField) -> dict:

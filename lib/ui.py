@@ -247,14 +247,6 @@ def download(label: str, data: Sequence[dict] | dict | str | Callable[[], Any], 
     st.download_button(label, content, file_name, mime, key=key)
 
 
-def grid_rows(a: np.ndarray, b: np.ndarray | None, **values: np.ndarray) -> list[dict]:
-    """Rows of a grid (a, b, value...) for a CSV download; 1-D when b is None."""
-    if b is None:
-        return [{"a": float(x), **{k: float(v[i]) for k, v in values.items()}} for i, x in enumerate(a)]
-    return [{"a": float(x), "b": float(y), **{k: float(v[j, i]) for k, v in values.items()}}
-            for j, y in enumerate(b) for i, x in enumerate(a)]
-
-
 # ---- the plane through the inputs (gradient field and loss surface pages) -----------------------------
 
 PLANE_SPANS = [0.25, 0.5, 1.0, 2.0, 4.0]

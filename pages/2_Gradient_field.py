@@ -6,7 +6,7 @@ import streamlit as st
 from lib import ui, views
 from lib.figures.fields import error_field_figures
 from lib.figures.landscape import gradient_field_figure
-from lib.tables import field_columns
+from lib.tables import field_columns, grid_rows
 
 URL = "query-params"
 BACKGROUND_RESOLUTION = 41
@@ -57,5 +57,5 @@ with ui.guard("This page"):
                     for column, (formula, figure) in zip(st.columns(per_row), maps[start : start + per_row]):
                         with column:
                             ui.chart(figure, key=f"field_error_{formula}")
-            ui.download("Download the field (CSV)", ui.grid_rows(field.a, field.b, **field_columns(field)),
+            ui.download("Download the field (CSV)", grid_rows(field.a, field.b, **field_columns(field)),
                         "gradient_field.csv", key="field_download")

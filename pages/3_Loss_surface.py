@@ -11,7 +11,7 @@ from lib.figures.landscape import (
     trajectory_curves_figure,
     trajectory_pca_figure,
 )
-from lib.tables import trajectory_rows
+from lib.tables import grid_rows, trajectory_rows
 from lib.trajectory import OPTIMIZERS
 
 URL = "query-params"
@@ -77,7 +77,7 @@ with ui.guard("This page"):
             ui.chart(figure, key="surface_contour_chart")
         if log and not (surface.loss > 0).all():
             st.caption("On the log scale, points where the loss is 0 or negative are left blank.")
-        ui.download("Download the surface (CSV)", ui.grid_rows(surface.a, surface.b, loss=surface.loss),
+        ui.download("Download the surface (CSV)", grid_rows(surface.a, surface.b, loss=surface.loss),
                     "loss_slice.csv" if one_dimensional else "loss_surface.csv", key="surface_download")
 
     if runs is not None:

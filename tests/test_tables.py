@@ -6,7 +6,7 @@ import numpy as np
 
 from lib.family import get_family
 from lib.landscape import gradient_field, make_plane
-from lib.tables import field_columns, trajectory_rows
+from lib.tables import field_columns, grid_rows, trajectory_rows
 from lib.trajectory import trajectories
 
 COSINE = get_family("cosine")
@@ -43,3 +43,11 @@ def test_trajectory_rows_keep_a_divergence_as_nan():
     rows = trajectory_rows(runs)
     assert len(rows) == 21 and stop is not None
     assert math.isfinite(rows[0]["loss"]) and all(math.isnan(r["loss"]) for r in rows[stop + 1 :])
+
+
+def test_grid_rows_follow_the_grid_layout():
+    a, b = np.array([0.0, 1.0, 2.0]), np.array([10.0, 20.0])
+    loss = np.array([[1, 2, 3], [4, 5, 6]], dtype=float)  # rows follow b, columns follow a
+    rows = grid_rows(a, b, loss=loss)
+    assert len(rows) == 6 and rows[4] == {"a": 1.0, "b": 20.0, "loss": 5.0}
+    assert grid_rows(a, None, loss=np.array([7.0, 8.0, 9.0]))[2] == {"a": 2.0, "loss": 9.0}

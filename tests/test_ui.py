@@ -6,7 +6,7 @@ import math
 import numpy as np
 
 from lib.family import get_family
-from lib.ui import _plain, csv_text, default_formulas, grid_rows
+from lib.ui import _plain, csv_text, default_formulas
 
 
 def test_csv_text_has_a_header_and_a_row_per_dict():
@@ -18,14 +18,6 @@ def test_csv_text_has_a_header_and_a_row_per_dict():
 def test_plain_makes_json_safe_values():
     data = _plain({"a": np.array([1.0, math.nan]), "b": np.float32(2.5), "c": (np.int64(3), math.inf)})
     assert json.loads(json.dumps(data)) == {"a": [1.0, "nan"], "b": 2.5, "c": [3, "inf"]}
-
-
-def test_grid_rows_follow_the_grid_layout():
-    a, b = np.array([0.0, 1.0, 2.0]), np.array([10.0, 20.0])
-    loss = np.array([[1, 2, 3], [4, 5, 6]], dtype=float)  # rows follow b, columns follow a
-    rows = grid_rows(a, b, loss=loss)
-    assert len(rows) == 6 and rows[4] == {"a": 1.0, "b": 20.0, "loss": 5.0}
-    assert grid_rows(a, None, loss=np.array([7.0, 8.0, 9.0]))[2] == {"a": 2.0, "loss": 9.0}
 
 
 def test_default_formulas_are_two_wrong_and_every_correct_one():
