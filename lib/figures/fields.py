@@ -31,6 +31,6 @@ def error_field_figures(field: GradientField) -> dict[str, go.Figure]:
             fig.update_traces(zmin=span[0], zmax=span[1], selector={"type": "heatmap"})
         worst = float(np.nanmax(field.errors[formula])) if np.isfinite(field.errors[formula]).any() else float("nan")
         fig.update_layout(title={"text": f"{formula}: largest error {worst:.2g}"}, showlegend=False, height=400)
-        fig.layout.yaxis.scaleanchor = None  # a narrow column: fill it (the plane's region is square anyway)
+        fig.update_xaxes(constrain="domain")  # the plane's square region drawn square in a narrow column
         figures[formula] = fig
     return figures
