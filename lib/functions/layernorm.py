@@ -32,8 +32,8 @@ def _rstd(x: Tensor, dim: int, eps: float) -> Tensor:
     return torch.rsqrt(x.var(dim, correction=0, keepdim=True) + eps)
 
 
-class MeanIgnoredLayerNormFunction(torch.autograd.Function):
-    """Differentiates as if the mean were a constant: keeps the variance's term, drops the mean's."""
+class _LayerNormForward(torch.autograd.Function):
+    """The right forward, shared by the buggy formulas below: only their backward differs."""
 
     generate_vmap_rule = True
 
@@ -46,6 +46,10 @@ class MeanIgnoredLayerNormFunction(torch.autograd.Function):
         ctx.save_for_backward(inputs[0], output)
         ctx.dim, ctx.eps = inputs[1], inputs[2]
 
+
+class MeanIgnoredLayerNormFunction(_LayerNormForward):
+    """Differentiates as if the mean were a constant: keeps the variance's term, drops the mean's."""
+
     @staticmethod
     def backward(ctx, grad_output):
         x, y = ctx.saved_tensors
@@ -54,23 +58,12 @@ class MeanIgnoredLayerNormFunction(torch.autograd.Function):
         return _rstd(x, d, ctx.eps) * (g - y * (g * y).mean(d, keepdim=True)), None, None
 
 
-class VarianceIgnoredLayerNormFunction(torch.autograd.Function):
+class VarianceIgnoredLayerNormFunction(_LayerNormForward):
     """Differentiates as if the variance were a constant: centres g, never projects out ŷ."""
-
-    generate_vmap_rule = True
-
-    @staticmethod
-    def forward(x, dim=-1, eps=1e-5):
-        return _layer_norm(x, dim, eps)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(inputs[0])
-        ctx.dim, ctx.eps = inputs[1], inputs[2]
 
     @staticmethod
     def backward(ctx, grad_output):
-        (x,) = ctx.saved_tensors
+        x, _ = ctx.saved_tensors
         g, d = grad_output, ctx.dim
         # ∇x = r · (g − mean(g))    BUG: the variance's term, − ŷ · mean(g ⊙ ŷ), is missing
         return _rstd(x, d, ctx.eps) * (g - g.mean(d, keepdim=True)), None, None

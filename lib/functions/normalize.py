@@ -27,8 +27,8 @@ def _norm(x: Tensor, dim: int) -> Tensor:
     return torch.linalg.vector_norm(x, dim=dim, keepdim=True)
 
 
-class UnclampedNormalizeFunction(torch.autograd.Function):
-    """A clamped forward whose backward divides by the raw norm: NaN on a zero row, far off below eps."""
+class _NormalizeForward(torch.autograd.Function):
+    """The right forward, shared by the buggy formulas below: only their backward differs."""
 
     generate_vmap_rule = True
 
@@ -38,35 +38,28 @@ class UnclampedNormalizeFunction(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(inputs[0])
-        ctx.dim = inputs[1]
+        ctx.save_for_backward(inputs[0], output)
+        ctx.dim, ctx.eps = inputs[1], inputs[2]
+
+
+class UnclampedNormalizeFunction(_NormalizeForward):
+    """A clamped forward whose backward divides by the raw norm: NaN on a zero row, far off below eps."""
 
     @staticmethod
     def backward(ctx, grad_output):
-        (x,) = ctx.saved_tensors
+        x, _ = ctx.saved_tensors
         n = _norm(x, ctx.dim)
         u = x / n  # BUG: no clamp here; 0/0 = NaN on a zero row
         # ∇x = (g − u (u·g)) / ‖x‖
         return (grad_output - u * (u * grad_output).sum(ctx.dim, keepdim=True)) / n, None, None
 
 
-class NoProjectionNormalizeFunction(torch.autograd.Function):
+class NoProjectionNormalizeFunction(_NormalizeForward):
     """Divides g by the norm and stops: the derivative of x / c with c held constant."""
-
-    generate_vmap_rule = True
-
-    @staticmethod
-    def forward(x, dim=-1, eps=1e-12):
-        return x / _norm(x, dim).clamp_min(eps)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(inputs[0])
-        ctx.dim, ctx.eps = inputs[1], inputs[2]
 
     @staticmethod
     def backward(ctx, grad_output):
-        (x,) = ctx.saved_tensors
+        x, _ = ctx.saved_tensors
         # ∇x = g / max(‖x‖, eps)    BUG: the − y (y·g) term from the norm's own gradient is missing
         return grad_output / _norm(x, ctx.dim).clamp_min(ctx.eps), None, None
 
