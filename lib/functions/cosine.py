@@ -19,12 +19,11 @@ not. That is PyTorch's gradient, not the derivative of its forward, and we match
 
 from __future__ import annotations
 
-import inspect
-
 import torch
 import torch.nn.functional as F
 
 from lib.family import Family, Formula, register
+from lib.functions.common import specimen
 
 Tensor = torch.Tensor
 
@@ -330,9 +329,7 @@ def _annotated_specimen() -> str:
         "grad_input1 = -cosine_loss_grad": "# BUG 1: sign flipped (the forward returns +similarity)",
         "grad_input2 = -cosine_loss_grad": "# BUG 1: sign flipped",
     }
-    source = inspect.getsource(CosineSimilarityLossFunction)
-    start = source.index('"""')
-    source = source[:start].rstrip() + "\n" + source[source.index('"""', start + 3) + 3 :].lstrip("\n")  # no docstring
+    source = specimen(CosineSimilarityLossFunction)
     return "\n".join(f"{line}  {marks[line.strip()]}" if line.strip() in marks else line for line in source.splitlines())
 
 
