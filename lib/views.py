@@ -35,8 +35,12 @@ class PlaneSpec:
     row: int = 0
 
 
-def _checked_inputs(case: Case):
+def _require_input_memory(case: Case) -> None:
     budget.require(case.input_bytes(), f"Inputs of shape {case.shape}", "Choose a smaller shape.")
+
+
+def _checked_inputs(case: Case):
+    _require_input_memory(case)
     return case.inputs()
 
 
@@ -53,6 +57,13 @@ def _formulas(case: Case) -> tuple[str, ...]:
 # ---- the comparison engine -------------------------------------------------------------------------
 
 
+def _sizes(case: Case) -> tuple[int, int, int]:
+    """(elements of one input, of all inputs, bytes per element) from the Case alone: the guards
+    judge a setting before anything is allocated (broadcast inputs are smaller: an upper bound)."""
+    n = math.prod(case.shape)
+    return n, n * len(case.get_family().input_names), case.torch_dtype().itemsize
+
+
 MAX_CHECK_ELEMENTS = 2**18  # per input: finite differences cost (colours × 2) evaluations of it
 
 
@@ -63,13 +74,13 @@ def gradient_report(case: Case, formula: str) -> GradientReport:
             f"Element-by-element checks take inputs of up to {MAX_CHECK_ELEMENTS:,} elements; this case has {n:,}. "
             "Choose a smaller shape (the loss surface and training pages take larger ones)."
         )
-    inputs = _checked_inputs(case)
-    k = len(inputs)
+    _, total, itemsize = _sizes(case)
     budget.require(  # outputs taken as many as input elements: the common worst case
-        budget.comparison_bytes(n, k, inputs[0].element_size(), n, DEFAULT_BUDGET_BYTES),
+        budget.comparison_bytes(n, total // n, itemsize, n, DEFAULT_BUDGET_BYTES),
         f"Checking gradients of shape {case.shape}", "Choose a smaller shape.",
     )
-    return compare_case(case, formula, work_limit=budget.work_limit())
+    _require_input_memory(case)
+    return compare_case(case, formula, work_limit=budget.work_limit())  # builds the inputs once
 
 
 def verdicts(case: Case) -> list[GradientReport]:
@@ -124,13 +135,6 @@ def accelerators() -> list[str]:
 def _plane(case: Case, spec: PlaneSpec, inputs) -> Plane:
     return make_plane(case.get_family(), inputs, case.param_values(), spec.mode, index=spec.index, seed=spec.seed,
                       coordinates=spec.coordinates, row=spec.row)
-
-
-def _sizes(case: Case) -> tuple[int, int, int]:
-    """(elements of one input, of all inputs, bytes per element) from the Case alone: the guards
-    judge a setting before anything is allocated (broadcast inputs are smaller: an upper bound)."""
-    n = math.prod(case.shape)
-    return n, n * len(case.get_family().input_names), case.torch_dtype().itemsize
 
 
 def surface(case: Case, spec: PlaneSpec, resolution: int, span: float, one_dimensional: bool = False) -> Surface:
