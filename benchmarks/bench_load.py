@@ -52,7 +52,7 @@ def main() -> None:
     with (nullcontext(args.url.rstrip("/")) if args.url else harness.streamlit_server()) as base:
         warm_up(base)
         sessions = harness.load_sessions(args.sessions)
-        result = harness.run_load(base, sessions, args.seconds)
+        result = harness.run_load(base, sessions, harness.Workload(seconds=args.seconds))
 
     for s in sessions:
         times = sorted(s.rerun_ms)
@@ -67,6 +67,7 @@ def main() -> None:
     failed += [f"{s.name}: no change finished" for s in sessions if not s.changes]
     for problem in failed:
         print(f"PROBLEM {problem[:600]}")
+    print(f"changes per second, all sessions together: {len(result.rerun_ms) / result.seconds:.2f}")
     print(f"p95_rerun_ms={result.percentile(95):.0f}")
     if failed:
         raise SystemExit(1)

@@ -174,15 +174,12 @@ def test_compare_case_uses_the_case_settings():
     assert report.verdict.passed and report.input("x1").gradients["analytic"].shape == (3, 4, 5)
 
 
-def test_one_nan_row_spoils_only_its_own_elements_and_stays_fast():
-    import time
-
+def test_one_nan_row_spoils_only_its_own_elements_and_keeps_the_pattern_sparse():
     x1, x2 = COSINE.build_inputs((40, 128), seed=1)
     x1[3, 5] = math.nan
-    start = time.perf_counter()
     report = compare_gradients(COSINE, "corrected", (x1, x2))
-    assert time.perf_counter() - start < 5  # was minutes: NaN made the Jacobian pattern look dense
     c = report.input("x1")
+    # NaN once made the pattern look dense: 5,120 perturbations (minutes) instead of 128 groups
     assert c.plan.colors is not None and c.plan.n_groups == 128
     numerical = c.gradients["numerical"]
     assert np.isfinite(numerical[np.arange(40) != 3]).all()  # every other row keeps its gradient

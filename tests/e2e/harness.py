@@ -376,7 +376,29 @@ async def _a_change(page, session: Session, action, timeout: float) -> None:
     session.changes += 1
 
 
-async def _a_session(browser, base: str, session: Session, seconds: float, timeout: float) -> None:
+@dataclass(frozen=True)
+class Workload:
+    """How long each session keeps changing its settings: a fixed number of changes (the tests:
+    correctness without a clock) or a number of seconds (the benchmark: throughput)."""
+
+    changes: int | None = None
+    seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        if (self.changes is None) == (self.seconds is None):
+            raise ValueError("a workload is either a number of changes or a number of seconds")
+
+    def describe(self) -> str:
+        return f"{self.changes} changes each" if self.changes is not None else f"{self.seconds:g} s each"
+
+
+def _more_to_do(session: Session, workload: Workload, deadline: float) -> bool:
+    if workload.changes is not None:
+        return session.changes < workload.changes
+    return time.monotonic() < deadline
+
+
+async def _a_session(browser, base: str, session: Session, workload: Workload, timeout: float) -> None:
     context = await browser.new_context(viewport=VIEWPORT)
     await context.add_init_script(RUN_COUNTER)
     page = await context.new_page()
@@ -386,8 +408,8 @@ async def _a_session(browser, base: str, session: Session, seconds: float, timeo
         step, direction = 0, 1
         options = session.select[1] if session.select else ()
         turn = 0
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
+        deadline = time.monotonic() + (workload.seconds or 0.0)
+        while _more_to_do(session, workload, deadline):
             if session.slider and (turn % 2 == 0 or not session.select):
                 key, low, high = session.slider
                 if not low <= step + direction <= high:
@@ -475,29 +497,30 @@ class LoadResult:
         return [f"{s.name}: {p}" for s in self.sessions for p in s.problems]
 
 
-async def _a_load(base: str, sessions: list[Session], seconds: float, timeout: float) -> LoadResult:
+async def _a_load(base: str, sessions: list[Session], workload: Workload, timeout: float) -> LoadResult:
     from playwright.async_api import async_playwright
 
     start = time.monotonic()
     async with async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=LAUNCH_ARGS)
         try:
-            await asyncio.gather(*(_a_session(browser, base, s, seconds, timeout) for s in sessions))
+            await asyncio.gather(*(_a_session(browser, base, s, workload, timeout) for s in sessions))
         finally:
             await browser.close()
     return LoadResult(sessions, healthy(base, timeout=10), time.monotonic() - start)
 
 
-def run_load(base: str, sessions: list[Session], seconds: float, timeout: float = 120_000) -> LoadResult:
-    """Every session at once in one browser (a context each), changing its settings for
-    ``seconds``; run in a thread of its own so that it never meets another event loop."""
+def run_load(base: str, sessions: list[Session], workload: Workload, timeout: float = 120_000) -> LoadResult:
+    """Every session at once in one browser (a context each), changing its settings as much as
+    ``workload`` says and waiting up to ``timeout`` ms for each change's rerun; run in a thread of
+    its own so that it never meets another event loop."""
     import threading
 
     outcome: dict[str, object] = {}
 
     def work() -> None:
         try:
-            outcome["result"] = asyncio.run(_a_load(base, sessions, seconds, timeout))
+            outcome["result"] = asyncio.run(_a_load(base, sessions, workload, timeout))
         except BaseException as error:  # noqa: BLE001 - re-raised in the caller's thread
             outcome["error"] = error
 
