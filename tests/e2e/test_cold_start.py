@@ -12,6 +12,6 @@ pytestmark = pytest.mark.e2e
 def test_sessions_opened_at_once_on_a_cold_server(browser):
     with harness.streamlit_server() as url:
         sessions = [s for s in harness.load_sessions(8) if s.name in ("field A", "field B", "training A", "training B")]
-        result = harness.run_load(url, sessions, seconds=0)
+        result = harness.run_load(url, sessions, harness.Workload(changes=0))  # open, wait, check
         assert result.problems == []
         assert result.healthy_after
