@@ -33,6 +33,7 @@ class Case:
     atol: float | None = None
     rtol: float | None = None
     perturbation: Perturbation = Perturbation()
+    upstream: str = "loss"  # the upstream gradient the maps draw: the loss's, "ones" or "random" (seeded)
 
     def get_family(self) -> Family:
         try:

@@ -22,7 +22,9 @@ import torch
 from lib.errors import LabError
 from lib.family import Family
 from lib.tolerances import Tolerances, default_tolerances
-from lib.numerical import DEFAULT_BUDGET_BYTES, DifferencePlan, numerical_gradient, numerical_jacobian, plan_differences
+from lib.jacobian import JacobianVerdict, check_jacobian, compare_entries, numerical_product, tolerances_text
+from lib.numerical import DEFAULT_BUDGET_BYTES, DifferencePlan, numerical_entries, numerical_gradient, numerical_jacobian, plan_differences
+from lib.second_order import SecondOrderVerdict, check_second_order
 
 Tensor = torch.Tensor
 SOURCES = ("analytic", "reference", "numerical")
@@ -36,7 +38,12 @@ DEFAULT_JACOBIAN_LIMIT = 64 * 64  # entries of one input's Jacobian worth drawin
 @dataclass(frozen=True)
 class Verdict:
     passed: bool
-    summary: str  # one sentence a user can act on
+    summary: str  # one sentence a user can act on, that says what was covered
+    outcome: str = ""  # "pass", "fail" or "no verdict" (nothing could be compared)
+
+    def __post_init__(self) -> None:
+        if not self.outcome:
+            object.__setattr__(self, "outcome", "pass" if self.passed else "fail")
 
 
 # ---- per-element results ----------------------------------------------------------------------------
@@ -138,6 +145,9 @@ class GradientReport:
     evaluations: int  # forward evaluations spent on finite differences
     failure: str | None = None  # the formula's own exception, if its forward or backward raised
     notes: tuple[str, ...] = field(default_factory=tuple)
+    upstream: str = "loss"  # what the drawn gradients' upstream was (see UPSTREAMS)
+    jacobian: JacobianVerdict | None = None  # the whole-Jacobian check behind the verdict
+    second_order: SecondOrderVerdict | None = None
 
     def input(self, name: str) -> InputComparison:
         return next(c for c in self.inputs if c.name == name)
@@ -149,7 +159,7 @@ class GradientReport:
 def _numpy(t: Tensor | None, like: Tensor) -> np.ndarray:
     if t is None:  # autograd's None: this input does not affect the output
         return np.zeros(tuple(like.shape))
-    return t.detach().to(device="cpu", dtype=torch.float64).numpy()
+    return t.detach().to(device="cpu", dtype=torch.float64).numpy(force=True)
 
 
 def _gradients(function: Callable[..., Tensor], inputs: Sequence[Tensor], upstream: Tensor) -> list[np.ndarray]:
@@ -188,26 +198,29 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float(a[finite] @ b[finite] / (na * nb)) if na > 0 and nb > 0 else math.nan
 
 
-def _verdict(comparisons: Sequence[InputComparison], tolerances: Tolerances, failure: str | None, has_reference: bool) -> Verdict:
+def _drawn_gradient_finding(comparisons: Sequence[InputComparison], tolerances: Tolerances, has_reference: bool) -> str | None:
+    """The drawn gradients (one vector-Jacobian product, for the chosen upstream) against the
+    truth: a backward may treat this one upstream specially, so it is checked as it is drawn."""
+    for c in comparisons:
+        truths = {"numerical": c.gradients["numerical"], **({"reference": c.gradients["reference"]} if has_reference else {})}
+        excess, _, against = compare_entries(c.gradients["analytic"], truths, tolerances)
+        if excess.size and excess.max() > 0:
+            index = np.unravel_index(int(np.argmax(excess)), excess.shape)
+            at = f"{c.name}[{', '.join(map(str, index))}]"
+            return (f"the drawn gradient at {at} is {c.gradients['analytic'][index]:.6g} by the formula's backward, "
+                    f"{c.gradients[against][index]:.6g} by the {against} truth ({tolerances_text(tolerances, against)})")
+    return None
+
+
+def _verdict(jacobian: JacobianVerdict | None, drawn_finding: str | None, failure: str | None) -> Verdict:
+    """Never "passes" without saying what it covered."""
     if failure:
         return Verdict(False, f"fails: the formula raised {failure}")
-    for pair in (("analytic", "numerical"), ("analytic", "reference")) if has_reference else (("analytic", "numerical"),):
-        for c in comparisons:
-            a, b = c.gradients[pair[0]], c.gradients[pair[1]]
-            if not np.isfinite(a).all() and np.isfinite(b).all():
-                return Verdict(False, f"fails: the {pair[0]} gradient is not finite: {c.non_finite[pair[0]].describe(c.name)}")
-            excess = np.abs(a - b) - (tolerances.atol + tolerances.rtol * np.abs(b))
-            excess = np.where(~np.isfinite(b), -1.0, excess)  # no verdict where the truth itself is not finite
-            if (excess > 0).any() or np.isnan(excess).any():
-                index = np.unravel_index(int(np.nanargmax(np.where(np.isnan(excess), np.inf, excess))), a.shape)
-                at = f"{c.name}[{', '.join(map(str, index))}]"
-                return Verdict(
-                    False,
-                    f"fails: {pair[0]} differs from {pair[1]} at {at}: {a[index]:.6g} vs {b[index]:.6g} "
-                    f"(allowed {tolerances.atol:g} + {tolerances.rtol:g}·|{pair[1]}|)",
-                )
-    against = "finite differences and autograd" if has_reference else "finite differences"
-    return Verdict(True, f"passes: agrees with {against} within atol {tolerances.atol:g}, rtol {tolerances.rtol:g}")
+    if not jacobian.passed:
+        return Verdict(False, jacobian.summary, jacobian.outcome)
+    if drawn_finding:
+        return Verdict(False, f"fails: {drawn_finding} (checked {jacobian.coverage.describe()})")
+    return Verdict(True, jacobian.summary)
 
 
 def _require_work(plans: Sequence[DifferencePlan], inputs: Sequence[Tensor], repeats: int, work_limit: float) -> None:
@@ -223,8 +236,72 @@ def _require_work(plans: Sequence[DifferencePlan], inputs: Sequence[Tensor], rep
 
 
 def _structure_key(family: Family, params: dict) -> tuple:
-    # the reference's Jacobian structure depends on the family, its params and the input shapes
+    # the reference's Jacobian structure depends on the family, its params and the input shapes;
+    # a kept structure is verified at each new point before it is used (lib.numerical)
     return (family.name, id(family), tuple(sorted((k, repr(v)) for k, v in params.items())))
+
+
+UPSTREAMS = ("loss", "ones", "random")  # the drawn gradient's upstream: the loss's, all ones, seeded random
+
+
+def choose_upstream(kind: str, loss: Callable[[Tensor], Tensor], output: Tensor, seed: int = 0) -> Tensor:
+    """The upstream gradient the maps draw: the loss's (what users look at), ones, or random."""
+    if kind == "loss":
+        return upstream_gradient(loss, output)
+    if kind == "ones":
+        return torch.ones_like(output)
+    if kind == "random":
+        generator = torch.Generator().manual_seed(seed + 31337)
+        return torch.randn(tuple(output.shape), generator=generator, dtype=torch.float64).to(output)
+    raise LabError(f"Unknown upstream gradient {kind!r}; choose one of: {', '.join(UPSTREAMS)}.")
+
+
+# ---- the engine, step by step -------------------------------------------------------------------------
+
+
+def _outputs(run, reference, inputs) -> tuple[Tensor | None, Tensor | None, str | None]:
+    """(reference output, formula output, the formula's failure in forward)."""
+    with torch.no_grad():
+        reference_output = reference(*inputs) if reference else None
+    try:
+        with torch.no_grad():
+            return reference_output, run(*inputs), None
+    except Exception as error:  # noqa: BLE001 - the formula under test may be broken
+        return reference_output, None, f"in forward: {type(error).__name__}: {error}"
+
+
+def _analytic(run, inputs, upstream) -> tuple[list[np.ndarray] | None, str | None]:
+    try:
+        return _gradients(run, inputs, upstream), None
+    except Exception as error:  # noqa: BLE001
+        return None, f"in backward: {type(error).__name__}: {error}"
+
+
+def _forward_error(formula_output: Tensor | None, reference_output: Tensor | None) -> float:
+    if formula_output is None or reference_output is None:
+        return math.nan
+    if not reference_output.numel():
+        return 0.0
+    difference = (formula_output.double() - reference_output.double()).abs()
+    return float(difference.nan_to_num(nan=math.inf, posinf=math.inf).max())
+
+
+def _comparison(name, x, index, grads, plan, run, reference, inputs, n_outputs, tolerances, jacobian_limit, budget_bytes, failure) -> InputComparison:
+    jacobians = None
+    if failure is None and x.numel() * n_outputs <= jacobian_limit:
+        jacobians = {
+            "analytic": _jacobian(run, inputs, index),
+            "reference": _jacobian(reference, inputs, index) if reference else numerical_jacobian(run, inputs, plan, tolerances.step),
+            "numerical": numerical_jacobian(run, inputs, plan, tolerances.step, budget_bytes),
+        }
+    return InputComparison(
+        name=name,
+        gradients=grads,
+        errors={pair: error_map(pair, grads[pair[0]], grads[pair[1]]) for pair in PAIRS},
+        non_finite={"input": non_finite(_numpy(x, x)), **{s: non_finite(g) for s, g in grads.items()}},
+        plan=plan,
+        jacobians=jacobians,
+    )
 
 
 def compare_gradients(
@@ -234,19 +311,23 @@ def compare_gradients(
     *,
     params: dict | None = None,
     grad_output: Tensor | None = None,
+    upstream: str = "loss",
+    seed: int = 0,
     step: float | None = None,
     atol: float | None = None,
     rtol: float | None = None,
     jacobian_limit: int = DEFAULT_JACOBIAN_LIMIT,
     budget_bytes: int = DEFAULT_BUDGET_BYTES,
     work_limit: float = math.inf,
+    second_order: bool = True,
 ) -> GradientReport:
-    """Analytic vs reference vs numerical gradients of ``formula`` on ``inputs``.
+    """Analytic vs reference vs numerical: the whole Jacobian (``lib.jacobian``), the drawn
+    gradient for one upstream, and the second order (``lib.second_order``).
 
-    The upstream gradient is ``grad_output`` if given, else that of the family's loss at the
-    reference's output. The formula raising in forward or backward is reported, not raised.
-    Finite differences that would take more than ``work_limit`` element evaluations are refused
-    (LabError) after planning, before they run.
+    The drawn upstream is ``grad_output`` if given, else ``upstream`` (see ``choose_upstream``).
+    The formula raising in forward or backward is reported, not raised. Finite differences that
+    would take more than ``work_limit`` element evaluations are refused (LabError) after
+    planning, before they run.
     """
     params = {**family.params, **(params or {})}
     inputs = tuple(x.detach() for x in inputs)
@@ -255,58 +336,45 @@ def compare_gradients(
     run = lambda *xs: family.run(formula, xs, **params)  # noqa: E731
     reference = (lambda *xs: family.run(None, xs, **params)) if family.reference is not None else None
 
-    with torch.no_grad():
-        reference_output = reference(*inputs) if reference else None
-    failure, formula_output = None, None
-    try:
-        with torch.no_grad():
-            formula_output = run(*inputs)
-    except Exception as error:  # noqa: BLE001 - the formula under test may be broken
-        failure = f"in forward: {type(error).__name__}: {error}"
+    # 1. outputs and the upstream gradient the maps draw
+    reference_output, formula_output, failure = _outputs(run, reference, inputs)
     output = reference_output if reference_output is not None else formula_output
     if output is None:
         raise ValueError(f"the formula {formula!r} failed and the family has no reference: {failure}")
-    upstream = grad_output if grad_output is not None else upstream_gradient(family.loss, output)
+    drawn_upstream = grad_output if grad_output is not None else choose_upstream(upstream, family.loss, output, seed)
     loss = float(family.loss(output))
 
-    zeros = [np.full(tuple(x.shape), np.nan) for x in inputs]
-    analytic, numerical, plans = zeros, zeros, [DifferencePlan(i, x.numel(), output.numel(), None, None, None, "not run") for i, x in enumerate(inputs)]
+    # 2. the formula's own backward, then the plan and the truth (finite differences, reference)
+    blank = [np.full(tuple(x.shape), np.nan) for x in inputs]
+    analytic, numerical = blank, blank
+    plans = [DifferencePlan(i, x.numel(), output.numel(), None, None, None, "not run") for i, x in enumerate(inputs)]
+    jacobian, second = None, None
     if failure is None:
-        try:
-            analytic = _gradients(run, inputs, upstream)
-        except Exception as error:  # noqa: BLE001
-            failure = f"in backward: {type(error).__name__}: {error}"
-        plans = plan_differences(run, reference, inputs, tolerances.step, budget_bytes=budget_bytes,
-                                 structure_key=_structure_key(family, params), work_limit=work_limit)
+        analytic, failure = _analytic(run, inputs, drawn_upstream)
+        analytic = analytic if analytic is not None else blank
+    if failure is None:
+        plans = plan_differences(run, reference, inputs, tolerances.step, budget_bytes=budget_bytes, structure_key=_structure_key(family, params),
+                                 work_limit=work_limit, atol=tolerances.atol, rtol=tolerances.rtol)
         _require_work(plans, inputs, 1, work_limit)
-        numerical = [numerical_gradient(run, inputs, p, upstream, tolerances.step, budget_bytes) for p in plans]
-    referenced = _gradients(reference, inputs, upstream) if reference else numerical
+        truth = [numerical_entries(run, inputs, p, tolerances.step, budget_bytes) for p in plans]
+        v = drawn_upstream.detach().double().cpu().reshape(-1).numpy().copy()
+        v[plans[0].skip_rows] = 0.0
+        numerical = [numerical_product(*t, v, x.numel()).reshape(tuple(x.shape)) for t, x in zip(truth, inputs)]
+        # 3. the whole Jacobian and the second order
+        jacobian = check_jacobian(run, reference, inputs, family.input_names, plans, tolerances, truth=truth, seed=seed,
+                                  budget_bytes=budget_bytes, work_limit=work_limit)
+        if second_order:
+            second = check_second_order(run, reference, inputs, family.loss, tolerances, first_order_passed=jacobian.passed, seed=seed)
+    referenced = _gradients(reference, inputs, drawn_upstream) if reference else numerical
 
-    comparisons = []
-    for i, (name, x) in enumerate(zip(family.input_names, inputs)):
-        grads = {"analytic": analytic[i], "reference": referenced[i], "numerical": numerical[i]}
-        jacobians = None
-        if failure is None and x.numel() * output.numel() <= jacobian_limit:
-            jacobians = {
-                "analytic": _jacobian(run, inputs, i),
-                "reference": _jacobian(reference, inputs, i) if reference else numerical_jacobian(run, inputs, plans[i], tolerances.step),
-                "numerical": numerical_jacobian(run, inputs, plans[i], tolerances.step, budget_bytes),
-            }
-        comparisons.append(
-            InputComparison(
-                name=name,
-                gradients=grads,
-                errors={pair: error_map(pair, grads[pair[0]], grads[pair[1]]) for pair in PAIRS},
-                non_finite={"input": non_finite(_numpy(x, x)), **{s: non_finite(g) for s, g in grads.items()}},
-                plan=plans[i],
-                jacobians=jacobians,
-            )
-        )
-
-    forward_error = math.nan
-    if formula_output is not None and reference_output is not None:
-        forward_error = float((formula_output.double() - reference_output.double()).abs().nan_to_num(nan=math.inf, posinf=math.inf).max()) if output.numel() else 0.0
+    # 4. maps, input by input
+    comparisons = [
+        _comparison(name, x, i, {"analytic": analytic[i], "reference": referenced[i], "numerical": numerical[i]}, plans[i],
+                    run, reference, inputs, output.numel(), tolerances, jacobian_limit, budget_bytes, failure)
+        for i, (name, x) in enumerate(zip(family.input_names, inputs))
+    ]
     notes = tuple(c.non_finite["input"].describe(c.name) for c in comparisons if c.non_finite["input"].count)
+    drawn = None if failure else _drawn_gradient_finding(comparisons, tolerances, reference is not None)
     return GradientReport(
         family=family.name,
         formula=formula,
@@ -314,13 +382,16 @@ def compare_gradients(
         device=str(inputs[0].device),
         tolerances=tolerances,
         loss=loss,
-        forward_max_error=forward_error,
+        forward_max_error=_forward_error(formula_output, reference_output),
         inputs=tuple(comparisons),
         cosine=_cosine(np.concatenate([a.ravel() for a in analytic]), np.concatenate([r.ravel() for r in referenced])),
-        verdict=_verdict(comparisons, tolerances, failure, reference is not None),
+        verdict=_verdict(jacobian, drawn, failure),
         evaluations=sum(p.evaluations for p in plans) if failure is None else 0,
         failure=failure,
         notes=notes,
+        upstream="given" if grad_output is not None else upstream,
+        jacobian=jacobian,
+        second_order=second,
     )
 
 
@@ -386,8 +457,8 @@ def step_sweep(
 
 
 def compare_case(case, formula: str, **options) -> GradientReport:
-    """``compare_gradients`` on a Case's family, inputs, params and tolerances."""
+    """``compare_gradients`` on a Case's family, inputs, params, upstream and tolerances."""
     return compare_gradients(
-        case.get_family(), formula, case.inputs(), params=case.param_values(),
+        case.get_family(), formula, case.inputs(), params=case.param_values(), upstream=case.upstream, seed=case.seed,
         step=case.step, atol=case.atol, rtol=case.rtol, **options,
     )

@@ -20,9 +20,12 @@ from typing import Callable, Hashable, Iterator, Sequence
 import numpy as np
 import torch
 
+from lib.tolerances import default_tolerances
+
 Tensor = torch.Tensor
 DEFAULT_BUDGET_BYTES = 256 * 2**20
 GREEDY_WORK_LIMIT = 2e7  # pairs of columns the greedy colouring may look at (a few seconds of Python)
+CHECK_DIRECTIONS = 2  # random directions a compressed plan must reproduce at the point
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,11 @@ class DifferencePlan:
     skip_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # outputs not finite at the point: left out of Jᵀv
     step: float = 0.0
     values: np.ndarray | None = None  # the Jacobian on the pattern at ``step``, found while checking
+    batched: bool = True  # evaluate perturbed copies under vmap; False once vmap was caught disagreeing
+
+    @property
+    def structured(self) -> bool:
+        return self.colors is not None
 
     @property
     def n_groups(self) -> int:
@@ -48,7 +56,7 @@ class DifferencePlan:
     def evaluations(self) -> int:
         """Forward evaluations of the function: two per group (central differences), and two for
         the random-direction check of a compressed plan."""
-        return 2 * self.n_groups + (2 if self.colors is not None else 0)
+        return 2 * self.n_groups + (2 * CHECK_DIRECTIONS if self.colors is not None else 0)
 
 
 # ---- the one primitive: differences along a batch of directions ----------------------------------
@@ -60,32 +68,37 @@ def _chunk_size(input_elements: int, output_elements: int, itemsize: int, budget
     return max(1, budget_bytes // max(per_direction, 1))
 
 
-def _evaluate_batch(function: Callable[..., Tensor], inputs: Sequence[Tensor], index: int, batch: Tensor) -> Tensor:
-    """``function`` on each perturbed copy of input ``index`` in ``batch``; vmap where supported."""
+def _evaluate_batch(function: Callable[..., Tensor], inputs: Sequence[Tensor], index: int, batch: Tensor, batched: bool = True) -> Tensor:
+    """``function`` on each perturbed copy of input ``index`` in ``batch``: under vmap where the
+    Function supports it and ``batched``, else one plain call per copy. A Function's own vmap rule
+    may be wrong, so plans check vmapped results against plain calls (``_checked_plan``)."""
 
     def at(x: Tensor) -> Tensor:
         return function(*inputs[:index], x, *inputs[index + 1 :])
 
-    try:
-        return torch.func.vmap(at)(batch)
-    except Exception:  # noqa: BLE001 - a Function without a vmap rule: one call per direction
-        return torch.stack([at(x) for x in batch])
+    if batched:
+        try:
+            return torch.func.vmap(at)(batch)
+        except Exception:  # noqa: BLE001 - a Function without a vmap rule: one call per direction
+            pass
+    return torch.stack([at(x) for x in batch])
 
 
-def _difference(function, inputs, index: int, both: Tensor, step: float) -> Tensor:
+def _difference(function, inputs, index: int, both: Tensor, step: float, batched: bool = True) -> Tensor:
     """(f(x + h·d) − f(x − h·d)) / 2h for a batch holding the k plus copies, then the k minus
     copies (one evaluation call for both), flattened to (k, outputs)."""
     k = both.shape[0] // 2
     with torch.no_grad():
-        values = _evaluate_batch(function, inputs, index, both)
+        values = _evaluate_batch(function, inputs, index, both, batched)
     return ((values[:k] - values[k:]) / (2 * step)).reshape(k, -1)
 
 
 def along_direction(function, inputs, index: int, direction: Tensor, step: float) -> Tensor:
-    """The central difference along one direction of input ``index``: (outputs,)."""
+    """The central difference along one direction of input ``index``, by two plain calls (never
+    vmap: this is what vmapped results are checked against): (outputs,)."""
     x = inputs[index]
     d = step * direction.to(x)
-    return _difference(function, inputs, index, torch.stack([x + d, x - d]), step)[0]
+    return _difference(function, inputs, index, torch.stack([x + d, x - d]), step, batched=False)[0]
 
 
 def group_differences(function, inputs, plan: DifferencePlan, step: float, chunk: int) -> Iterator[tuple[int, Tensor]]:
@@ -105,7 +118,7 @@ def group_differences(function, inputs, plan: DifferencePlan, step: float, chunk
         both = flat.repeat(2 * k, 1)
         both[rows, elements] += step
         both[rows + k, elements] -= step
-        yield start, _difference(function, inputs, plan.input_index, both.reshape(2 * k, *x.shape), step)
+        yield start, _difference(function, inputs, plan.input_index, both.reshape(2 * k, *x.shape), step, plan.batched)
 
 
 # ---- discovering structure -------------------------------------------------------------------------
@@ -136,7 +149,7 @@ def jacobian_rows(function: Callable[..., Tensor], inputs: Sequence[Tensor], bud
         ]
 
 
-def jacobian_patterns(reference: Callable[..., Tensor], inputs: Sequence[Tensor], budget_bytes: int) -> list[tuple[np.ndarray, np.ndarray]]:
+def jacobian_patterns(reference: Callable[..., Tensor], inputs: Sequence[Tensor], budget_bytes: int, jitter: float = 1e-3) -> list[tuple[np.ndarray, np.ndarray]]:
     """For each input, (row, col) of every entry of the reference's Jacobian that is not 0.
 
     Read at a jittered point with NaN and Inf replaced, so that neither a zero holding only at this
@@ -144,7 +157,7 @@ def jacobian_patterns(reference: Callable[..., Tensor], inputs: Sequence[Tensor]
     generator = torch.Generator().manual_seed(0)
     finite = [x.detach().nan_to_num(0.0, posinf=1.0, neginf=-1.0) for x in inputs]
     jittered = [
-        x + 1e-3 * (x.abs().mean() + 1) * torch.randn(x.shape, generator=generator, dtype=torch.float64).to(x)
+        x + jitter * (x.abs().mean() + 1) * torch.randn(x.shape, generator=generator, dtype=torch.float64).to(x)
         for x in finite
     ]
     found: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in inputs]
@@ -155,33 +168,51 @@ def jacobian_patterns(reference: Callable[..., Tensor], inputs: Sequence[Tensor]
     return [(np.concatenate([r for r, _ in e]), np.concatenate([c for _, c in e])) for e in found]
 
 
+def _rank_within(keys: np.ndarray, n: int) -> np.ndarray:
+    """For each of ``n`` items, its position among the items of equal key (in index order)."""
+    order = np.lexsort((np.arange(n), keys))
+    sorted_keys = keys[order]
+    ranks = np.empty(n, dtype=np.int64)
+    ranks[order] = np.arange(n) - np.searchsorted(sorted_keys, sorted_keys, side="left")
+    return ranks
+
+
+def is_valid_coloring(rows: np.ndarray, cols: np.ndarray, colors: np.ndarray) -> bool:
+    """No two columns that share a row share a colour: every (row, colour) pair is unique."""
+    if rows.size == 0:
+        return True
+    pairs = rows.astype(np.int64) * (int(colors.max()) + 1) + colors[cols]
+    return np.unique(pairs).size == rows.size
+
+
 def color_columns(rows: np.ndarray, cols: np.ndarray, n_cols: int) -> np.ndarray:
     """A colour per column such that no two columns sharing a row share a colour.
 
-    Columns in at most one row (every row-wise reduction) take their position within that row:
-    optimal, and vectorised. Otherwise greedy first-fit over the column intersection graph,
-    unless a row holds half the columns or more: then no colouring saves much, and the greedy
-    pass (quadratic in the row lengths) is skipped for one colour per column.
+    Vectorised first: a column takes its position among the columns whose first row is its own.
+    That is optimal for row-wise reductions (a column in one row) and for blocks of rows that
+    share their columns (softmax, layernorm: one colour per position within the block), and is
+    kept whenever it is valid. Otherwise greedy first-fit over the column intersection graph,
+    unless that would look at too many pairs: then one colour per column.
     """
-    colors = np.zeros(n_cols, dtype=np.int64)
     if rows.size == 0:
+        return np.zeros(n_cols, dtype=np.int64)
+    first_row = np.full(n_cols, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first_row, cols, rows.astype(np.int64))
+    untouched = first_row == np.iinfo(np.int64).max
+    first_row[untouched] = -1  # columns no output depends on: colour 0 and up, among themselves
+    colors = _rank_within(first_row, n_cols)
+    colors[untouched] = 0
+    if is_valid_coloring(rows, cols, colors):
         return colors
     row_lengths = np.bincount(rows)
-    if 2 * row_lengths.max() >= n_cols or float((row_lengths.astype(np.float64) ** 2).sum()) > GREEDY_WORK_LIMIT:
+    if float((row_lengths.astype(np.float64) ** 2).sum()) > GREEDY_WORK_LIMIT:
         return np.arange(n_cols, dtype=np.int64)
-    per_col = np.bincount(cols, minlength=n_cols)
-    if per_col.max() <= 1:
-        order = np.lexsort((cols, rows))
-        r_sorted = rows[order]
-        starts = np.searchsorted(r_sorted, r_sorted, side="left")
-        colors[cols[order]] = np.arange(len(order)) - starts
-        return colors
     cols_of_row: dict[int, list[int]] = {}
     rows_of_col: dict[int, list[int]] = {}
     for r, c in zip(rows.tolist(), cols.tolist()):
         cols_of_row.setdefault(r, []).append(c)
         rows_of_col.setdefault(c, []).append(r)
-    colors[:] = -1
+    colors = np.full(n_cols, -1, dtype=np.int64)
     for c in range(n_cols):
         taken = {colors[o] for r in rows_of_col.get(c, ()) for o in cols_of_row[r] if colors[o] >= 0}
         color = 0
@@ -200,13 +231,17 @@ def plan_differences(
     budget_bytes: int = DEFAULT_BUDGET_BYTES,
     structure_key: Hashable | None = None,
     work_limit: float = math.inf,
+    atol: float = 1e-5,
+    rtol: float = 1e-3,
 ) -> list[DifferencePlan]:
     """Choose, for each input, how to perturb it: colour groups from the reference's Jacobian
-    pattern, checked along a random direction, or one element at a time.
+    pattern, or one element at a time when no pattern can be trusted.
 
-    ``structure_key`` names the reference and its settings; with it, the pattern and colouring
-    found for these input shapes are kept and reused (the structure does not depend on the
-    values), so only the random-direction check is paid again. Reading the structure costs a
+    A pattern is trusted only once it reproduces central differences of ``function`` along
+    random directions at this very point, within the verdict's own tolerances (``atol``,
+    ``rtol``): structure can depend on values (ReLU, max, clamp). ``structure_key`` names the
+    reference and its settings; with it, a pattern found for these input shapes is kept and
+    tried first, and found afresh at this point when it fails. Reading the structure costs a
     backward pass per output; above ``work_limit`` element evaluations it is not tried."""
     with torch.no_grad():
         output = function(*inputs)
@@ -218,29 +253,44 @@ def plan_differences(
     if m * sum(x.numel() for x in inputs) > work_limit:
         why = f"one perturbation per element: reading the Jacobian's structure ({m:,} outputs) would take too long"
         return [dense(i, why) for i in range(len(inputs))]
+    check = lambda i, structure: _checked_plan(function, inputs, i, *structure, m, step, budget_bytes, atol, rtol)  # noqa: E731
     try:
-        structures = _structures(reference, inputs, budget_bytes, structure_key)
+        structures, cached = _structures(reference, inputs, budget_bytes, structure_key)
+        plans = [check(i, structure) for i, structure in enumerate(structures)]
+        if cached and any(plan is None for plan, _ in plans):  # a kept pattern that does not hold here
+            structures = _fresh_structures(reference, inputs, budget_bytes, structure_key, at_point=True)
+            plans = [check(i, structure) for i, structure in enumerate(structures)]
     except Exception as error:  # noqa: BLE001
         why = f"one perturbation per element: the reference's Jacobian failed ({type(error).__name__}: {error})"
         return [dense(i, why) for i in range(len(inputs))]
-    plans = []
-    for i, (rows, cols, colors) in enumerate(structures):
-        plan, why = _checked_plan(function, inputs, i, rows, cols, colors, m, step, budget_bytes)
-        plans.append(replace(plan, skip_rows=skip) if plan else dense(i, f"one perturbation per element: {why}"))
-    return plans
+    return [replace(plan, skip_rows=skip) if plan else dense(i, f"one perturbation per element: {why}") for i, (plan, why) in enumerate(plans)]
 
 
 _STRUCTURES: OrderedDict[Hashable, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = OrderedDict()
 _STRUCTURES_KEPT = 32
 
 
-def _structures(reference, inputs, budget_bytes: int, key: Hashable | None) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """(rows, cols, colours) per input, from the cache when ``key`` has been seen for these shapes."""
-    full_key = None if key is None else (key, tuple((tuple(x.shape), x.dtype, str(x.device)) for x in inputs))
+def _full_key(key: Hashable | None, inputs) -> Hashable | None:
+    return None if key is None else (key, tuple((tuple(x.shape), x.dtype, str(x.device)) for x in inputs))
+
+
+def _structures(reference, inputs, budget_bytes: int, key: Hashable | None) -> tuple[list[tuple[np.ndarray, np.ndarray, np.ndarray]], bool]:
+    """(rows, cols, colours) per input, and whether they came from the cache (``key`` seen for
+    these shapes) rather than from this point."""
+    full_key = _full_key(key, inputs)
     if full_key is not None and full_key in _STRUCTURES:
         _STRUCTURES.move_to_end(full_key)
-        return _STRUCTURES[full_key]
-    found = [(rows, cols, color_columns(rows, cols, x.numel())) for (rows, cols), x in zip(jacobian_patterns(reference, inputs, budget_bytes), inputs)]
+        return _STRUCTURES[full_key], True
+    return _fresh_structures(reference, inputs, budget_bytes, key), False
+
+
+def _fresh_structures(reference, inputs, budget_bytes: int, key: Hashable | None, at_point: bool = False) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    patterns = jacobian_patterns(reference, inputs, budget_bytes)
+    if at_point:  # the union with the pattern at the point itself: value-dependent structure
+        here = jacobian_patterns(reference, inputs, budget_bytes, jitter=0.0)
+        patterns = [_union(a, b, x.numel()) for a, b, x in zip(patterns, here, inputs)]
+    found = [(rows, cols, color_columns(rows, cols, x.numel())) for (rows, cols), x in zip(patterns, inputs)]
+    full_key = _full_key(key, inputs)
     if full_key is not None:
         _STRUCTURES[full_key] = found
         while len(_STRUCTURES) > _STRUCTURES_KEPT:
@@ -248,28 +298,51 @@ def _structures(reference, inputs, budget_bytes: int, key: Hashable | None) -> l
     return found
 
 
-def _checked_plan(function, inputs, index, rows, cols, colors, m, step, budget_bytes) -> tuple[DifferencePlan | None, str]:
-    """A colouring plan whose Jacobian reproduces a random directional difference, or (None, why not)."""
-    n = inputs[index].numel()
-    plan = DifferencePlan(index, n, m, colors, rows, cols, "")
-    if plan.n_groups >= n:
-        return None, "the Jacobian is dense"
+def _union(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray], n_cols: int) -> tuple[np.ndarray, np.ndarray]:
+    flat = np.unique(np.concatenate([a[0] * n_cols + a[1], b[0] * n_cols + b[1]]))
+    return flat // n_cols, flat % n_cols
+
+
+def _directions(shape, count: int) -> list[Tensor]:
+    """Seeded random ±1 directions: every element moves by a full step, so a missed coupling
+    shows at its own size."""
     generator = torch.Generator().manual_seed(1)
-    direction = torch.randn(inputs[index].shape, generator=generator, dtype=torch.float64)
-    along = along_direction(function, inputs, index, direction, step).double().cpu().numpy()
-    values = jacobian_values(function, inputs, plan, step, budget_bytes)
-    terms = values * direction.reshape(-1).numpy()[cols]
-    predicted = np.bincount(rows, weights=terms, minlength=m)
-    finite = np.isfinite(along) & np.isfinite(predicted)
-    # scaled by the size of the terms, not of their sum: a direction may be one the output
-    # does not change along (scaling the input of a cosine, say)
-    magnitude = np.bincount(rows, weights=np.abs(terms), minlength=m)
-    scale = max(np.abs(along[finite]).max(initial=0.0), magnitude[finite].max(initial=0.0), 1e-30)
-    tolerance = 1e-4 if inputs[index].dtype == torch.float64 else 5e-2
-    if np.any(finite != np.isfinite(along)) or np.abs(along - predicted)[finite].max(initial=0.0) > tolerance * scale:
-        return None, "the compressed differences disagreed with a random direction"
-    source = f"{plan.n_groups} colour groups for {n} elements, from the reference's Jacobian pattern"
-    return DifferencePlan(index, n, m, colors, rows, cols, source, step=step, values=values), ""
+    return [torch.randint(0, 2, tuple(shape), generator=generator, dtype=torch.float64) * 2 - 1 for _ in range(count)]
+
+
+def _reproduces(along: list[np.ndarray], directions: list[Tensor], plan: DifferencePlan, values: np.ndarray, atol: float, rtol: float) -> bool:
+    """Whether J·d from the plan's entries matches the plain differences along each direction
+    d, row by row, within atol + rtol·(largest term of that row): as strict as the verdict."""
+    m = plan.n_outputs
+    for observed, direction in zip(along, directions):
+        terms = values * direction.reshape(-1).numpy()[plan.cols]
+        predicted = np.bincount(plan.rows, weights=terms, minlength=m).astype(np.float64)
+        largest = np.zeros(m)
+        np.maximum.at(largest, plan.rows, np.nan_to_num(np.abs(terms), nan=0.0, posinf=0.0))
+        finite = np.isfinite(observed) & np.isfinite(predicted)
+        if np.any(finite != np.isfinite(observed)):
+            return False
+        if np.any(np.abs(observed - predicted)[finite] > atol + rtol * largest[finite]):
+            return False
+    return True
+
+
+def _checked_plan(function, inputs, index, rows, cols, colors, m, step, budget_bytes, atol, rtol) -> tuple[DifferencePlan | None, str]:
+    """A colouring plan whose Jacobian reproduces plain differences along random directions at
+    this point, or (None, why not). Vmapped evaluation is tried first and kept only if it
+    passes; a Function whose vmap rule disagrees is evaluated one copy at a time."""
+    n = inputs[index].numel()
+    directions = _directions(inputs[index].shape, CHECK_DIRECTIONS)
+    along = [along_direction(function, inputs, index, d, step).double().cpu().numpy() for d in directions]
+    for batched in (True, False):
+        plan = DifferencePlan(index, n, m, colors, rows, cols, "", step=step, batched=batched)
+        values = jacobian_values(function, inputs, plan, step, budget_bytes)
+        if _reproduces(along, directions, plan, values, atol, rtol):
+            how = "" if batched else "; evaluated one copy at a time (vmap disagreed with plain calls)"
+            source = (f"{plan.n_groups} colour groups for {n} elements, from the reference's Jacobian pattern{how}"
+                      if plan.n_groups < n else f"one perturbation per element (the Jacobian's pattern is dense){how}")
+            return replace(plan, source=source, values=values), ""
+    return None, "the Jacobian's pattern did not reproduce differences along random directions at this point"
 
 
 # ---- what the plan gives ---------------------------------------------------------------------------
@@ -313,15 +386,40 @@ def numerical_gradient(
 
     Outputs that are not finite at the point are left out: their derivative is undefined, and
     they would otherwise make every element that shares a block with them NaN. Elements that
-    feed such an output are NaN where the pattern says so (compressed plans)."""
+    feed such an output are NaN: where the pattern says so, or every element when no pattern
+    is known (any of them may feed it). Both paths follow the same rule, so a verdict does not
+    change with the plan."""
     v = upstream.detach().double().cpu().reshape(-1).numpy().copy()
     v[plan.skip_rows] = 0.0
     if plan.colors is not None:
         values = jacobian_values(function, inputs, plan, step, budget_bytes)
         used = np.isin(plan.rows, plan.skip_rows, invert=True)
-        gradient = np.bincount(plan.cols[used], weights=values[used] * v[plan.rows[used]], minlength=plan.n_inputs)
+        # float64 even when no entry is used (numpy gives integers for an empty bincount)
+        gradient = np.bincount(plan.cols[used], weights=values[used] * v[plan.rows[used]], minlength=plan.n_inputs).astype(np.float64)
         gradient[plan.cols[~used]] = np.nan  # elements feeding an undefined output: undefined too
     else:  # one group per element, in order: each block's rows are Jacobian columns
         blocks = (block for _, block in _blocks(function, inputs, plan, step, budget_bytes))
         gradient = np.concatenate([np.delete(block, plan.skip_rows, axis=1) @ np.delete(v, plan.skip_rows) for block in blocks])
+        if plan.skip_rows.size:
+            gradient[:] = np.nan
     return gradient.reshape(tuple(inputs[plan.input_index].shape))
+
+
+def numerical_entries(function, inputs, plan: DifferencePlan, step: float, budget_bytes: int = DEFAULT_BUDGET_BYTES) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The numerical Jacobian as (rows, cols, values): on the plan's pattern when it has one;
+    else every entry that is not exactly 0, and every entry of an output that is not finite
+    (their structure is unknown)."""
+    if plan.structured:
+        return plan.rows, plan.cols, jacobian_values(function, inputs, plan, step, budget_bytes)
+    jacobian = numerical_jacobian(function, inputs, plan, step, budget_bytes)
+    if plan.batched and plan.n_inputs > 1:  # a Function's own vmap rule is not trusted for the truth
+        directions = _directions(inputs[plan.input_index].shape, CHECK_DIRECTIONS)
+        along = [along_direction(function, inputs, plan.input_index, d, step).double().cpu().numpy() for d in directions]
+        rows, cols = np.nonzero(np.ones_like(jacobian, dtype=bool))
+        tolerances = default_tolerances(inputs[plan.input_index].dtype)
+        if not _reproduces(along, directions, replace(plan, rows=rows, cols=cols), jacobian[rows, cols], tolerances.atol, tolerances.rtol):
+            jacobian = numerical_jacobian(function, inputs, replace(plan, batched=False), step, budget_bytes)
+    keep = (jacobian != 0) | ~np.isfinite(jacobian)
+    keep[plan.skip_rows, :] = True
+    rows, cols = np.nonzero(keep)
+    return rows, cols, jacobian[rows, cols]

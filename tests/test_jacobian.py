@@ -1,0 +1,106 @@
+"""The whole-Jacobian verdict: every wrong backward of the zoo fails, every right one passes, and
+the verdict agrees with gradcheck's slow mode (float64) on each, with and without a reference;
+the second order agrees with gradgradcheck where the first order is right, and sees what
+gradgradcheck cannot (a backward consistent with itself but wrong)."""
+
+import numpy as np
+import pytest
+import torch
+
+from lib.compare import compare_gradients
+from lib.family import get_family
+from lib.jacobian import Coverage, compare_entries, row_colors
+from lib.tolerances import default_tolerances
+from tests import zoo
+
+ALL = zoo.WRONG + zoo.RIGHT
+
+
+def gradcheck(specimen, second: bool = False) -> bool:
+    xs = tuple(x.clone().requires_grad_() for x in specimen.inputs())
+    check = torch.autograd.gradgradcheck if second else torch.autograd.gradcheck
+    try:
+        return check(specimen.function.apply, xs, fast_mode=False, raise_exception=False)
+    except RuntimeError:  # gradgradcheck raises where the backward is not differentiable
+        return False
+
+
+@pytest.mark.parametrize("with_reference", [True, False], ids=["reference", "no reference"])
+@pytest.mark.parametrize("specimen", ALL, ids=[s.name for s in ALL])
+def test_the_first_order_verdict_agrees_with_gradcheck_slow_mode(specimen, with_reference):
+    family = specimen.family(with_reference)
+    report = compare_gradients(family, "f", specimen.inputs())
+    assert report.verdict.passed == (not specimen.wrong_first), report.verdict.summary
+    assert report.verdict.passed == gradcheck(specimen)
+    assert "Jacobian entries" in report.verdict.summary  # every verdict says what it covered
+
+
+@pytest.mark.parametrize("specimen", ALL, ids=[s.name for s in ALL])
+def test_the_second_order_verdict_sees_every_wrong_double_backward(specimen):
+    report = compare_gradients(specimen.family(True), "f", specimen.inputs())
+    assert report.second_order.passed == (not specimen.wrong_second), report.second_order.summary
+    if not specimen.wrong_first:  # where first order is right, gradgradcheck is a fair judge
+        assert report.second_order.passed == gradcheck(specimen, second=True)
+
+
+def test_a_backward_that_detaches_is_said_to_be_not_differentiable():
+    specimen = next(s for s in zoo.WRONG if s.name == "detached backward")
+    report = compare_gradients(specimen.family(True), "f", specimen.inputs())
+    assert report.verdict.passed
+    assert report.second_order.outcome == "not differentiable"
+    assert "not differentiable" in report.second_order.summary
+
+
+def test_the_tutorial_is_consistent_with_itself_yet_fails_the_second_order():
+    family = get_family("cosine")
+    inputs = family.build_inputs((4, 6), seed=0)
+    report = compare_gradients(family, "norm-fixed", inputs)
+    assert report.second_order.outcome == "fail"
+    assert "gradgradcheck would pass it" in report.second_order.summary
+    xs = tuple(x.clone().requires_grad_() for x in inputs)
+    function = family.formula("norm-fixed").function
+    assert torch.autograd.gradgradcheck(lambda a, b: function(a, b, dim=1, eps=1e-8), xs, raise_exception=False)
+
+
+def test_every_grad_output_bug_of_the_issue_fails_for_a_users_module():
+    """The three cases the issue found passing: a module with no reference, the sum loss."""
+    for name in ("ignores grad_output", "grad_output mean", "rows rolled"):
+        specimen = next(s for s in zoo.WRONG if s.name == name)
+        report = compare_gradients(specimen.family(with_reference=False), "f", specimen.inputs())
+        assert not report.verdict.passed, name
+        assert "random upstream gradient" in report.verdict.summary, report.verdict.summary
+
+
+def test_coverage_is_said_in_numbers_for_cosine():
+    family = get_family("cosine")
+    report = compare_gradients(family, "corrected", family.build_inputs((64, 128), seed=0))
+    coverage = report.jacobian.coverage
+    assert coverage.entries == 2 * 64 * 64 * 128
+    assert coverage.structural == 2 * 64 * 128 and coverage.compared == coverage.structural
+    assert coverage.backward_calls == 1  # all 64 outputs share no input element: one call
+    assert report.verdict.summary.startswith("passes: all 1,048,576 Jacobian entries: the 16,384 structurally nonzero ones one by one, "
+                                             "by 1 backward call and ")
+    assert "the other 1,032,192 by 2 random probes" in report.verdict.summary
+
+
+def test_rows_sharing_no_input_share_a_colour():
+    # rows 0 and 1 share column 0 of input 1; row 2 is alone; input 2 links rows 1 and 2
+    patterns = [(np.array([0, 1, 2]), np.array([0, 0, 1])), (np.array([1, 2]), np.array([0, 0]))]
+    colors = row_colors(patterns, [2, 1], 3)
+    assert colors[0] != colors[1] and colors[1] != colors[2]
+
+
+def test_an_entry_is_judged_against_every_finite_truth_and_left_out_only_without_one():
+    tol = default_tolerances(torch.float64)
+    analytic = np.array([1.0, 1.0, np.nan, np.nan, 2.0])
+    reference = np.array([1.0, np.nan, np.nan, 1.0, np.nan])
+    numerical = np.array([1.0, 1.5, 0.5, 1.0, np.nan])
+    excess, left_out, against = compare_entries(analytic, {"reference": reference, "numerical": numerical}, tol)
+    assert list(excess > 0) == [False, True, False, True, False]
+    assert list(left_out) == [False, False, True, False, True]  # agrees with PyTorch's NaN; no truth at all
+    assert against in ("reference", "numerical")
+
+
+def test_a_coverage_with_nothing_compared_gives_no_verdict():
+    empty = Coverage(100, 10, 0, 10, ("∂out[0] / ∂x[0]",), 1, 4, 2, 0, "pattern")
+    assert empty.empty and "0 of the 10" in empty.describe() and "left out" in empty.describe()
