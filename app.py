@@ -7,9 +7,9 @@ from lib.figures.check import verdict_rows
 
 case = ui.page_setup(
     "∇ Gradient Lab",
-    "Custom autograd Functions with hand-written backward passes, checked element by element against "
-    "PyTorch's autograd and finite differences. Change the case in the sidebar; every page follows it, "
-    "and the URL holds it, so a link reproduces the view.",
+    "Custom autograd Functions with hand-written backward passes, checked against PyTorch's autograd and "
+    "finite differences: every entry of the Jacobian, and the second order. Change the case in the sidebar; "
+    "every page follows it, and the URL holds it, so a link reproduces the view.",
 )
 
 # whatever fails below is said in words on the page, never as a traceback
@@ -23,11 +23,12 @@ with ui.guard("This page"):
             "max |analytic − reference|": error,
             "max |analytic − numerical|": error,
             "cosine to reference": st.column_config.NumberColumn(help="−1: the gradient is flipped; 1: it points the right way", format="%.4f"),
+            "entries checked one by one": st.column_config.NumberColumn(help="Jacobian entries compared one by one; random probes cover the rest"),
             "evaluations": st.column_config.NumberColumn("forward evaluations", help="spent on finite differences"),
         })
         for report in reports:
-            badge = ":green-badge[pass]" if report.verdict.passed else ":red-badge[fail]"
-            st.markdown(f"{badge} **{report.formula}**: {report.verdict.summary.split(': ', 1)[-1]}")
+            st.markdown(f"{ui.badge(report.verdict.outcome)} **{report.formula}**: {ui.sentence(report.verdict.summary)}  \n"
+                        + (f"{ui.badge(report.second_order.outcome)} second order: {ui.sentence(report.second_order.summary)}" if report.second_order else ""))
         if case.perturbation.active:
             st.caption(f"Perturbations: {case.perturbation.describe()}")
         ui.download("Download the verdicts (CSV)", rows, "verdicts.csv", key="download_verdicts")

@@ -20,6 +20,7 @@ import streamlit as st
 
 from lib import plugins, views
 from lib.case import DTYPES, Case
+from lib.compare import UPSTREAMS
 from lib.devices import DEVICES, device_problem
 from lib.errors import LabError
 from lib.family import Family, families
@@ -116,6 +117,10 @@ def sidebar_case() -> Case:
     if device_problem(device):
         st.caption(f"⚠ {device} is unavailable here: {device_problem(device)}")
     seed = st.number_input("Seed", 0, 2**31 - 1, 0, key="seed", bind=URL)
+    upstream = st.selectbox("Upstream gradient (drawn)", UPSTREAMS, key="upstream", bind=URL,
+                            help="What the drawn gradients are the product of: the loss's gradient (what training sees), all ones, "
+                                 "or random (seeded): a backward that ignores or mixes grad_output shows in the maps. "
+                                 "The verdict checks every Jacobian entry whatever is drawn.")
     if "eps" in family.params:
         params["eps"] = st.select_slider("eps (norm clamp)", [0.0] + _log_choices(-12, 1), value=float(family.params["eps"]), key="eps", bind=URL,
                                          format_func=lambda v: "0" if v == 0 else f"{v:.0e}")
@@ -143,7 +148,7 @@ def sidebar_case() -> Case:
     return Case(
         family=family.name, formulas=tuple(formulas), shape=shape, dtype=dtype, device=device, seed=int(seed),
         broadcast=bool(broadcast), params=tuple(sorted(params.items())), step=None if step == "auto" else float(step),
-        perturbation=perturbation,
+        perturbation=perturbation, upstream=upstream,
     )
 
 
@@ -194,6 +199,29 @@ def guard(what: str) -> Iterator[None]:
     except Exception as error:  # noqa: BLE001 - never a traceback on the page
         frame = traceback.extract_tb(error.__traceback__)[-1]
         st.error(f"{what} failed: {type(error).__name__}: {error} (in {frame.name}, {frame.filename.rsplit('/', 1)[-1]}:{frame.lineno})", icon="🛑")
+
+
+BADGES = {"pass": ":green-badge[pass]", "fail": ":red-badge[fail]", "no verdict": ":orange-badge[no verdict]",
+          "not differentiable": ":red-badge[not differentiable]", "not checked": ":gray-badge[not checked]"}
+
+
+def badge(outcome: str) -> str:
+    return BADGES.get(outcome, f":gray-badge[{outcome}]")
+
+
+def sentence(summary: str) -> str:
+    """A verdict's summary without its leading outcome word ("passes: …"), safe as markdown."""
+    return summary.split(": ", 1)[-1].replace("*", "\\*").replace("_", "\\_")
+
+
+def verdict_box(text: str, outcome: str) -> None:
+    """A verdict as a coloured box: green for pass, red for a failure, amber when no verdict."""
+    if outcome == "pass":
+        st.success(text, icon=":material/check_circle:")
+    elif outcome in ("no verdict", "not checked"):
+        st.warning(text, icon=":material/help:")
+    else:
+        st.error(text, icon=":material/cancel:")
 
 
 def chart(fig, key: str) -> None:

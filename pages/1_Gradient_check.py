@@ -19,6 +19,7 @@ from lib.report_data import drawable, element_rows, pair_name, plan_sources, sho
 from lib.reproduce import file_name, python_snippet
 
 URL = ui.URL
+UPSTREAM_WORDS = {"loss": "loss's", "ones": "all-ones", "random": "random (seeded)", "given": "given"}
 
 case = ui.page_setup(
     "Gradient check",
@@ -39,15 +40,20 @@ with ui.guard("This page"):
     st.subheader("Verdict")
     report = ui.compute(views.gradient_report, case, formula, what=f"Checking {formula}…")
     if report is not None:
-        sentence = f"**{formula}** {report.verdict.summary}."
-        (st.success if report.verdict.passed else st.error)(sentence, icon=":material/check_circle:" if report.verdict.passed else ":material/cancel:")
+        first, second = st.columns(2)
+        with first:
+            ui.verdict_box(f"**{formula}**, first order, {report.verdict.summary}.", report.verdict.outcome)
+        with second:
+            if report.second_order is not None:
+                ui.verdict_box(f"**Second order** (double backward), {report.second_order.summary}.", report.second_order.outcome)
         cosine, loss, evaluations, forward = st.columns(4)
         cosine.metric("Cosine to reference", shown(report.cosine, ".4f"), help="1: the gradient points the right way; −1: it is flipped.")
         loss.metric("Loss", shown(report.loss, ".6g"), help="The family's loss at the reference's output.")
         evaluations.metric("Forward evaluations", f"{report.evaluations:,}", help="What the finite differences cost, all inputs together.")
         forward.metric("Max |forward − reference|", shown(report.forward_max_error, ".3g"), help="The formula's output against the reference's.")
         st.caption(f"Finite differences (step {report.tolerances.step:g}, tolerance {report.tolerances.atol:g} + "
-                   f"{report.tolerances.rtol:g}·|b|): {plan_sources(report)}. {report.dtype} on {report.device}.")
+                   f"{report.tolerances.rtol:g}·|b|): {plan_sources(report)}. {report.dtype} on {report.device}. "
+                   f"The maps below draw the gradient for the {UPSTREAM_WORDS[report.upstream]} upstream gradient (sidebar).")
         for note in report.notes:
             st.warning(note, icon=":material/warning:")
         if report.failure:

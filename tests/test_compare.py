@@ -195,3 +195,23 @@ def test_step_sweep_of_nan_inputs_has_no_best_step_and_does_not_raise():
     sweep = step_sweep(COSINE, "tutorial", (x1, x2), steps=(1e-3, 1e-6))
     assert math.isnan(sweep.best_step("float64"))
     assert len(step_sweep_figure(sweep).data) == 2  # the two curves, no best-step stars
+
+
+@pytest.mark.parametrize("rows", [1, 2, 5])
+def test_one_nan_does_not_flip_the_verdict_with_the_shape(rows):
+    """(1, F) has a dense colouring and (R, F) a compressed one: the same rule for NaN on both."""
+    x1, x2 = COSINE.build_inputs((rows, 16), seed=2)
+    x1[0, 3] = math.nan
+    report = compare_gradients(COSINE, "corrected", (x1, x2))
+    assert report.verdict.outcome == ("no verdict" if rows == 1 else "pass"), report.verdict.summary
+    assert np.isnan(report.input("x1").gradients["numerical"][0]).all()
+    assert "left out because the truth is not finite" in report.verdict.summary
+
+
+def test_all_outputs_not_finite_say_no_verdict_instead_of_raising():
+    from lib.perturb import Perturbation
+
+    for kind in ("nan", "inf"):
+        report = compare_case(Case(perturbation=Perturbation(inject=kind, inject_count=1000)), "corrected")
+        assert report.verdict.outcome == "no verdict" and not report.verdict.passed
+        assert "nothing could be compared" in report.verdict.summary

@@ -141,3 +141,95 @@ def test_structure_is_not_read_when_it_would_take_too_long():
     xs = inputs((6, 8), (6, 8))
     plans = plan_differences(corrected, cosine_reference, xs, 1e-6, work_limit=10)
     assert all(p.colors is None and "would take too long" in p.source for p in plans)
+
+
+# ---- regressions: the engine faults of issue 12 -----------------------------------------------------
+
+
+def test_every_output_not_finite_gives_nan_gradients_not_an_error():
+    (x,) = inputs((3, 4))
+    x[:] = float("nan")  # was: ValueError: cannot convert float NaN to integer (an empty bincount is integer)
+    for reference in (lambda x: x * x, None):
+        (plan,) = plan_differences(lambda x: x * x, reference, (x,), 1e-6)
+        assert np.isnan(numerical_gradient(lambda x: x * x, (x,), plan, torch.ones(3, 4, dtype=F64), 1e-6)).all()
+
+
+def test_a_nan_output_gives_nan_on_both_difference_paths():
+    """Compressed (a pattern) and per-element (none) both call an element that feeds an output
+    that is not finite undefined; they once gave NaN on one path and 0 on the other."""
+    xs = inputs((4, 6), (4, 6))
+    xs[0][2, 3] = float("nan")
+    upstream = torch.ones(4, dtype=F64)
+    structured = plan_differences(corrected, cosine_reference, xs, 1e-6)
+    unstructured = plan_differences(corrected, None, xs, 1e-6)
+    for a, b in zip(structured, unstructured):
+        ga = numerical_gradient(corrected, xs, a, upstream, 1e-6)
+        gb = numerical_gradient(corrected, xs, b, upstream, 1e-6)
+        assert np.isnan(ga[2]).all() and np.isnan(gb[2]).all()  # the row feeding the NaN output
+        assert np.isfinite(ga[[0, 1, 3]]).all()  # the pattern knows the other rows are untouched
+
+
+def test_a_missed_coupling_above_the_verdicts_tolerance_is_caught():
+    """A pattern that misses a coupling of 3e-4 once passed a check of 1e-4 × scale; the check is
+    now as strict as the verdict (atol 1e-5), so the plan falls back and the truth is right."""
+    (x,) = inputs((4, 6))
+    reaching = lambda x: x * x + 3e-4 * torch.roll(x, 1, dims=-1)  # noqa: E731
+    (plan,) = plan_differences(reaching, lambda x: x * x, (x,), 1e-6)
+    assert plan.colors is None
+    want = torch.autograd.functional.jacobian(reaching, x).reshape(24, 24).numpy()
+    np.testing.assert_allclose(numerical_jacobian(reaching, (x,), plan, 1e-6), want, atol=1e-9)
+
+
+def test_a_kept_pattern_is_verified_at_each_new_point(monkeypatch):
+    """ReLU's structure depends on the signs: a pattern kept from one point misses couplings at
+    another, and is found afresh there instead of being trusted."""
+    import lib.numerical as numerical
+
+    monkeypatch.setattr(numerical, "_STRUCTURES", numerical.OrderedDict())
+    coupled = lambda x: torch.relu(x) * x.sum(-1, keepdim=True).relu()  # noqa: E731 - a row's outputs all meet when its sum > 0
+    key = ("relu-test",)
+    x_negative_sums = -inputs((3, 4))[0].abs() - 0.1  # every row sum negative: a row's outputs are all 0
+    plan_differences(coupled, coupled, (x_negative_sums,), 1e-6, structure_key=key)
+    x = inputs((3, 4), seed=5)[0].abs() + 0.1  # all positive: every output depends on its whole row
+    (plan,) = plan_differences(coupled, coupled, (x,), 1e-6, structure_key=key)
+    want = torch.autograd.functional.jacobian(coupled, x).reshape(12, 12).numpy()
+    np.testing.assert_allclose(numerical_jacobian(coupled, (x,), plan, 1e-6), want, atol=1e-8)
+
+
+def test_block_patterns_are_coloured_by_position_within_the_block():
+    """Softmax rows are dense blocks: 8 × 256 once fell back to one perturbation per element."""
+    x = inputs((8, 256))[0]
+    (plan,) = plan_differences(lambda x: torch.softmax(x, -1), lambda x: torch.softmax(x, -1), (x,), 1e-6)
+    assert plan.structured and plan.n_groups == 256
+    assert is_valid_coloring(plan.rows, plan.cols, plan.colors)
+
+
+class DoubledByItsVmapRule(torch.autograd.Function):
+    """y = x², right forward and backward, but a vmap rule that doubles the output."""
+
+    @staticmethod
+    def forward(x):
+        return x * x
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 2 * x * g
+
+    @staticmethod
+    def vmap(info, in_dims, x):
+        return 2 * x.movedim(in_dims[0], 0) ** 2, 0
+
+
+@pytest.mark.parametrize("with_reference", [True, False])
+def test_a_wrong_vmap_rule_does_not_corrupt_the_truth(with_reference):
+    (x,) = inputs((3, 4))
+    f = DoubledByItsVmapRule.apply
+    assert torch.allclose(torch.func.vmap(f)(x[None])[0], 2 * x * x)  # the rule is wrong indeed
+    (plan,) = plan_differences(f, (lambda x: x * x) if with_reference else None, (x,), 1e-6)
+    got = numerical_gradient(f, (x,), plan, torch.ones(3, 4, dtype=F64), 1e-6)
+    np.testing.assert_allclose(got, 2 * x.numpy(), atol=1e-8)

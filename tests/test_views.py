@@ -99,3 +99,19 @@ def test_work_limit_comes_from_the_environment(monkeypatch):
         views.gradient_report(Case(shape=(8, 16)), "corrected")
     with pytest.raises(LabError, match="optimizer steps"):
         views.training(Case(shape=(8, 16)), views.PlaneSpec(), "SGD", 0.1, 100)
+
+
+def test_the_upstream_gradient_shows_a_bug_that_the_loss_hides():
+    """Layernorm without the variance term: invisible in the all-ones product, visible in a random one;
+    the verdict sees it whatever is drawn."""
+    ar = ("analytic", "reference")
+    ones = views.gradient_report(Case(family="layernorm", formulas=("variance-ignored",), upstream="ones"), "variance-ignored")
+    random = views.gradient_report(Case(family="layernorm", formulas=("variance-ignored",), upstream="random"), "variance-ignored")
+    assert ones.input("x").errors[ar].max_abs < 1e-9 < 1e-3 < random.input("x").errors[ar].max_abs
+    assert ones.upstream == "ones" and random.upstream == "random"
+    assert not ones.verdict.passed and not random.verdict.passed
+
+
+def test_an_unknown_upstream_is_explained():
+    with pytest.raises(LabError, match="Unknown upstream gradient"):
+        views.gradient_report(Case(upstream="sideways"), "corrected")

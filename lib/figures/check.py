@@ -23,7 +23,7 @@ from lib.figures.style import DIVERGING, SEQUENTIAL, base_layout, color_for
 
 Pair = tuple[str, str]
 DEFAULT_PAIR: Pair = ("analytic", "reference")
-STATUS_FILL = {"pass": "#d9f2e3", "fail": "#f8d0c8", "not supported": "#e3e3e3", "skipped": "#f6f6f6"}
+STATUS_FILL = {"pass": "#d9f2e3", "fail": "#f8d0c8", "not supported": "#e3e3e3", "skipped": "#f6f6f6", "no verdict": "#fbeec2"}
 TABLE_MESSAGE_CHARS = 200  # a table cell is no place for gradcheck's printed Jacobians
 BINS_PER_DECADE = 4
 # long legend entries go under the plot, where they cannot run into the left-aligned title
@@ -31,7 +31,8 @@ LEGEND_BELOW = {
     "legend": {"orientation": "h", "yref": "container", "y": 0.0, "yanchor": "bottom", "x": 0.0, "xanchor": "left"},
     "margin": {"l": 60, "r": 20, "t": 60, "b": 90},
 }
-VERDICT_COLUMNS = ("formula", "verdict", "max |analytic − reference|", "max |analytic − numerical|", "cosine to reference", "evaluations")
+VERDICT_COLUMNS = ("formula", "verdict", "second order", "max |analytic − reference|", "max |analytic − numerical|", "cosine to reference",
+                   "entries checked one by one", "evaluations")
 RELATIVE_FLOOR = 1e-17  # exact matches (relative error 0) are drawn here: below float64's eps
 
 
@@ -297,10 +298,12 @@ def verdict_rows(reports: list[GradientReport]) -> list[dict]:
     return [
         dict(zip(VERDICT_COLUMNS, (
             r.formula,
-            "pass" if r.verdict.passed else "fail",
+            r.verdict.outcome,
+            r.second_order.outcome if r.second_order else "not checked",
             _max_over_inputs(r, ("analytic", "reference")),
             _max_over_inputs(r, ("analytic", "numerical")),
             r.cosine,
+            r.jacobian.coverage.compared if r.jacobian else 0,
             r.evaluations,
         )))  # fmt: skip
         for r in reports
@@ -314,13 +317,13 @@ def _number(value: float, spec: str) -> str:
 def verdict_table(reports: list[GradientReport]) -> go.Figure:
     """Each formula's verdict and headline numbers, one row per report, coloured by pass/fail."""
     rows = verdict_rows(reports)
-    specs = dict(zip(VERDICT_COLUMNS[2:5], (".3g", ".3g", ".3f")))
+    specs = dict(zip(VERDICT_COLUMNS[3:6], (".3g", ".3g", ".3f")))
     columns = [[_number(row[k], specs[k]) if k in specs else str(row[k]) for row in rows] for k in VERDICT_COLUMNS]
-    fills = [STATUS_FILL[row["verdict"]] for row in rows]
+    fills = [STATUS_FILL.get(row["verdict"], "white") for row in rows]
     passed = sum(row["verdict"] == "pass" for row in rows)
     family = f"{reports[0].family}, {reports[0].dtype}: " if reports else ""
     header = [*VERDICT_COLUMNS[:-1], "forward evaluations"]
-    return _table(f"Verdicts ({family}{passed} of {len(rows)} formulas pass)", header, columns, fills, [2, 1, 2, 2, 1.5, 1.5])
+    return _table(f"Verdicts ({family}{passed} of {len(rows)} formulas pass)", header, columns, fills, [2, 1, 1.3, 2, 2, 1.5, 1.5, 1.5])
 
 
 def worst_elements(comparison: InputComparison, pair: Pair = DEFAULT_PAIR, k: int = 10) -> list[dict]:

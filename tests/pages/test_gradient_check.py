@@ -27,7 +27,10 @@ def test_fresh_start_shows_the_verdict_maps_table_jacobians_downloads_and_script
     at = app(PAGE)
     assert not at.exception
     assert at.selectbox(key="check_formula").value == "tutorial"
-    assert boxes(at, "error") == [next(e for e in boxes(at, "error") if e.startswith("**tutorial** fails"))]  # the verdict only
+    errors = boxes(at, "error")  # the two verdicts only
+    assert len(errors) == 2 and errors[0].startswith("**tutorial**, first order, fails: the Jacobian entry")
+    assert "Jacobian entries" in errors[0]  # and what it covered
+    assert errors[1].startswith("**Second order** (double backward), fails")
     assert [m.label for m in at.metric] == ["Cosine to reference", "Loss", "Forward evaluations", "Max |forward − reference|"]
     assert float(at.metric[0].value) < 0  # the tutorial's gradient is flipped
     assert any("colour groups" in c.value for c in at.caption)  # how the finite differences were taken
@@ -59,14 +62,14 @@ def test_with_an_accelerator_the_cpu_and_the_device_are_compared():
 def test_every_control_reruns_cleanly():
     at = app(PAGE)
     steps = [
-        ("check_formula", "corrected", lambda: boxes(at, "success")[0].startswith("**corrected** passes")),
+        ("check_formula", "corrected", lambda: boxes(at, "success")[0].startswith("**corrected**, first order, passes: all")),
         ("check_input", "x2", lambda: has(at, "w.r.t. x2") and has(at, "x2: signed error")),
         ("check_pair", ("analytic", "numerical"), lambda: has(at, "signed error analytic − numerical")),
         ("check_pair", ("reference", "numerical"), lambda: has(at, "distribution of |reference − numerical|")),
         ("check_relative", True, lambda: has(at, "relative error |reference − numerical| / |numerical|")),
         ("check_sweep", True, lambda: has(at, "Finite-difference step sweep")),
         ("check_conformance", True, lambda: has(at, "Conformance:")),
-        ("check_formula", "sign-fixed", lambda: boxes(at, "error")[0].startswith("**sign-fixed** fails")),
+        ("check_formula", "sign-fixed", lambda: boxes(at, "error")[0].startswith("**sign-fixed**, first order, fails")),
         ("check_relative", False, lambda: has(at, "x2: signed error reference − numerical")),
         ("check_sweep", False, lambda: not has(at, "step sweep")),
         ("check_conformance", False, lambda: not has(at, "Conformance")),
@@ -85,7 +88,8 @@ def test_deep_link():
     assert at.multiselect(key="formulas_cosine").value == ["tutorial", "corrected"]
     assert at.selectbox(key="check_formula").options == ["tutorial", "corrected"]
     assert at.selectbox(key="check_formula").value == "corrected"
-    assert boxes(at, "success")[0].startswith("**corrected** passes") and not boxes(at, "error")
+    assert boxes(at, "success")[0].startswith("**corrected**, first order, passes") and not boxes(at, "error")
+    assert boxes(at, "success")[1].startswith("**Second order** (double backward), passes")
     assert has(at, "w.r.t. x2 (4, 6)") and has(at, "signed error reference − numerical") and has(at, "step sweep")
     assert "shape=(4, 6)," in at.code[0].value and "formula = 'corrected'" in at.code[0].value
 
@@ -102,7 +106,7 @@ def test_a_backward_that_raises_is_a_message_with_the_reference_still_drawn():
     at = app(PAGE, depth="3")  # the tutorial's backward reduces the wrong dim of a 3-D input
     assert not at.exception
     errors = boxes(at, "error")
-    assert errors[0].startswith("**tutorial** fails: the formula raised in backward")
+    assert errors[0].startswith("**tutorial**, first order, fails: the formula raised in backward")
     assert any(e.startswith("The formula raised in backward: RuntimeError") for e in errors)
     assert any("no analytic gradient to compare" in i for i in boxes(at, "info"))  # no error map of it, and why
     assert any("the formula raised" in i for i in boxes(at, "info"))  # no Jacobians, and why
@@ -121,3 +125,13 @@ def test_a_large_input_is_drawn_for_its_first_rows_only():
     heatmap = json.loads(at.get("plotly_chart")[0].proto.spec)["data"][0]
     assert heatmap["z"]["shape"].replace(" ", "") == "156,128"  # plotly's typed array
     assert any("No Jacobians for x1" in i for i in boxes(at, "info"))
+
+
+def test_the_upstream_control_redraws_the_maps():
+    at = app(PAGE, check_formula="corrected")
+    before = at.get("plotly_chart")[0].proto.spec
+    at.selectbox(key="upstream").set_value("random").run()
+    assert not at.exception and at.selectbox(key="upstream").value == "random"
+    assert any("random (seeded) upstream gradient" in c.value for c in at.caption)
+    assert at.get("plotly_chart")[0].proto.spec != before  # a different product is drawn
+    assert boxes(at, "success")[0].startswith("**corrected**, first order, passes")
