@@ -22,8 +22,8 @@ import torch
 from lib.errors import LabError
 from lib.family import Family
 from lib.tolerances import Tolerances, default_tolerances
-from lib.jacobian import JacobianVerdict, check_jacobian, compare_entries, numerical_product, tolerances_text
-from lib.numerical import DEFAULT_BUDGET_BYTES, DifferencePlan, numerical_entries, numerical_gradient, numerical_jacobian, plan_differences
+from lib.jacobian import JacobianVerdict, check_jacobian, compare_entries, tolerances_text
+from lib.numerical import DEFAULT_BUDGET_BYTES, DifferencePlan, numerical_gradient, numerical_jacobian, plan_differences, with_values
 from lib.second_order import SecondOrderVerdict, check_second_order
 
 Tensor = torch.Tensor
@@ -356,12 +356,10 @@ def compare_gradients(
         plans = plan_differences(run, reference, inputs, tolerances.step, budget_bytes=budget_bytes, structure_key=_structure_key(family, params),
                                  work_limit=work_limit, atol=tolerances.atol, rtol=tolerances.rtol)
         _require_work(plans, inputs, 1, work_limit)
-        truth = [numerical_entries(run, inputs, p, tolerances.step, budget_bytes) for p in plans]
-        v = drawn_upstream.detach().double().cpu().reshape(-1).numpy().copy()
-        v[plans[0].skip_rows] = 0.0
-        numerical = [numerical_product(*t, v, x.numel()).reshape(tuple(x.shape)) for t, x in zip(truth, inputs)]
+        plans = [with_values(run, inputs, p, budget_bytes) for p in plans]  # the maps draw the numerical gradient too
+        numerical = [numerical_gradient(run, inputs, p, drawn_upstream, None, budget_bytes) for p in plans]
         # 3. the whole Jacobian and the second order
-        jacobian = check_jacobian(run, reference, inputs, family.input_names, plans, tolerances, truth=truth, seed=seed,
+        jacobian = check_jacobian(run, reference, inputs, family.input_names, plans, tolerances, seed=seed,
                                   budget_bytes=budget_bytes, work_limit=work_limit)
         if second_order:
             second = check_second_order(run, reference, inputs, family.loss, tolerances, first_order_passed=jacobian.passed, seed=seed)

@@ -25,7 +25,8 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from lib.numerical import DEFAULT_BUDGET_BYTES, DifferencePlan, color_columns, numerical_entries
+from lib.numerical import (DEFAULT_BUDGET_BYTES, DifferencePlan, compressed_entries, numerical_entries, row_colors,
+                           vector_jacobian_products, with_values)
 from lib.tolerances import Tolerances
 
 Tensor = torch.Tensor
@@ -90,6 +91,8 @@ class Coverage:
         else:
             text = f"all {self.entries:,} Jacobian entries: {ones} one by one, {how}, and all by {self.probes} random probes"
         against = " and ".join({"reference": "autograd through the reference", "numerical": "finite differences"}[t] for t in self.truths)
+        if "numerical" not in self.truths:
+            against += " (its Jacobian reproduced finite differences along random directions at this point)"
         text += f", against {against}"
         if self.excluded:
             where = ", ".join(self.excluded_where) + ("…" if self.excluded > len(self.excluded_where) else "")
@@ -132,77 +135,27 @@ def compare_entries(analytic: np.ndarray, truths: dict[str, np.ndarray], toleran
     reference = truths.get("reference")
     agrees_with_pytorch = ~finite_a & ~np.isfinite(reference) if reference is not None else np.zeros(a.shape, dtype=bool)
     any_truth = np.zeros(a.shape, dtype=bool)
-    excess = np.full(a.shape, -np.inf)
-    against = np.full(a.shape, "", dtype=object)
-    for name, truth in truths.items():
-        usable = np.isfinite(truth) & ~agrees_with_pytorch
-        any_truth |= np.isfinite(truth)
+    gaps = []
+    for truth in truths.values():
+        finite_truth = np.isfinite(truth)
+        any_truth |= finite_truth
         with np.errstate(invalid="ignore"):
-            gap = np.where(finite_a, np.abs(a - truth) - (tolerances.atol + tolerances.rtol * np.abs(truth)), np.inf)
-        gap = np.where(usable, gap, -np.inf)
-        worse = gap > excess
-        excess = np.where(worse, gap, excess)
-        against = np.where(worse, name, against)
+            gap = np.abs(a - truth) - (tolerances.atol + tolerances.rtol * np.abs(truth))
+        gap[~finite_a] = np.inf
+        gap[~finite_truth | agrees_with_pytorch] = -np.inf
+        gaps.append(gap)
     left_out = ~any_truth | agrees_with_pytorch
-    worst = int(np.argmax(excess)) if excess.size else 0
-    return excess, left_out, (against.flat[worst] if excess.size and excess.flat[worst] > 0 else None)
+    if not gaps or not a.size:
+        return np.full(a.shape, -np.inf), left_out, None
+    stacked = np.stack(gaps)
+    excess = stacked.max(axis=0)
+    worst = int(np.argmax(excess))
+    against = list(truths)[int(np.argmax(stacked.reshape(len(gaps), -1)[:, worst]))] if excess.flat[worst] > 0 else None
+    return excess, left_out, against
 
 
 def _index(flat: int, shape: tuple[int, ...]) -> str:
     return ", ".join(map(str, np.unravel_index(flat, shape))) if shape else ""
-
-
-# ---- vector-Jacobian products --------------------------------------------------------------------------
-
-
-def _vjps(function, inputs: Sequence[Tensor], upstreams: Tensor, batched: bool) -> list[Tensor]:
-    """uᵀJ for each u in ``upstreams`` (k, *output shape): per input, (k, elements)."""
-    xs = [x.detach().requires_grad_() for x in inputs]
-    with torch.enable_grad():
-        y = function(*xs)
-        upstreams = upstreams.to(dtype=y.dtype, device=y.device)
-        grads = None
-        if batched and upstreams.shape[0] > 1:
-            try:
-                grads = torch.autograd.grad(y, xs, upstreams, retain_graph=True, is_grads_batched=True, allow_unused=True)
-            except Exception:  # noqa: BLE001 - a backward that vmap cannot run: one call per vector
-                grads = None
-        if grads is None:
-            per = [torch.autograd.grad(y, xs, u, retain_graph=True, allow_unused=True) for u in upstreams]
-            grads = [None if all(g[i] is None for g in per) else
-                     torch.stack([g[i] if g[i] is not None else torch.zeros_like(x) for g in per]) for i, x in enumerate(xs)]
-    k = upstreams.shape[0]
-    return [torch.zeros(k, x.numel(), dtype=torch.float64) if g is None else torch.from_numpy(g.detach().reshape(k, -1).double().cpu().numpy(force=True).copy())
-            for g, x in zip(grads, xs)]
-
-
-def row_colors(patterns: Sequence[tuple[np.ndarray, np.ndarray]], sizes: Sequence[int], n_outputs: int) -> np.ndarray:
-    """A colour per output such that outputs of one colour share no input element, in any input."""
-    offsets = np.cumsum([0, *sizes[:-1]])
-    rows = np.concatenate([r for r, _ in patterns]) if patterns else np.zeros(0, dtype=np.int64)
-    cols = np.concatenate([c + o for (_, c), o in zip(patterns, offsets)]) if patterns else np.zeros(0, dtype=np.int64)
-    return color_columns(cols, rows, n_outputs)  # the transposed pattern: rows become columns
-
-
-def compressed_entries(function, inputs, patterns, colors: np.ndarray, skip: np.ndarray, output_shape, budget_bytes: int,
-                       batched: bool = True) -> list[np.ndarray]:
-    """Each input's Jacobian entries on its pattern, from one backward call per row colour."""
-    m, groups = colors.size, int(colors.max()) + 1 if colors.size else 0
-    n = sum(x.numel() for x in inputs)
-    chunk = max(1, budget_bytes // max(8 * (m + 2 * n), 1))
-    values = [np.zeros(r.size) for r, _ in patterns]
-    live = np.ones(m, dtype=bool)
-    live[skip] = False
-    for first in range(0, groups, chunk):
-        k = min(chunk, groups - first)
-        basis = torch.zeros(k, m, dtype=torch.float64)
-        rows = np.nonzero(live & (colors >= first) & (colors < first + k))[0]
-        basis[torch.from_numpy(colors[rows] - first), torch.from_numpy(rows)] = 1.0
-        products = _vjps(function, inputs, basis.reshape(k, *output_shape), batched)
-        for (r, c), out, product in zip(patterns, values, products):
-            hit = (colors[r] >= first) & (colors[r] < first + k)
-            out[hit] = product.numpy()[colors[r[hit]] - first, c[hit]]
-    return values
 
 
 def numerical_product(rows, cols, values, u: np.ndarray, n: int) -> np.ndarray:
@@ -222,57 +175,68 @@ def check_jacobian(
     plans: Sequence[DifferencePlan],
     tolerances: Tolerances,
     *,
-    truth: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None,
     probes: int = PROBES,
     seed: int = 0,
     budget_bytes: int = DEFAULT_BUDGET_BYTES,
     work_limit: float = math.inf,
 ) -> JacobianVerdict:
-    """The formula's whole Jacobian against the truth (see the module's docstring); ``truth``:
-    the numerical entries per input, when the caller has them already."""
+    """The formula's whole Jacobian against the truth (see the module's docstring).
+
+    The truths for the entries: the reference's Jacobian on the pattern, where it reproduced
+    plain differences along random directions at the point (``plans`` carry it), and the
+    numerical Jacobian wherever a plan has it already or nothing else can stand in for it (no
+    reference, or one that did not reproduce the differences)."""
     with torch.no_grad():
         output = function(*inputs)
     shape, m = tuple(output.shape), output.numel()
     skip = plans[0].skip_rows if plans else np.zeros(0, dtype=np.int64)
     sizes = [x.numel() for x in inputs]
-    if truth is None:  # (rows, cols, values) of the numerical Jacobian, per input
-        truth = [numerical_entries(function, inputs, p, tolerances.step, budget_bytes) for p in plans]
-    patterns = [(r, c) for r, c, _ in truth]
+    plans = [p if p.reference_values is not None and p.values is None else with_values(function, inputs, p, budget_bytes) for p in plans]
+    numerical = [numerical_entries(function, inputs, p, None, budget_bytes) if p.values is not None else None for p in plans]
+    patterns = [(p.rows, p.cols) if p.structured else (t[0], t[1]) for p, t in zip(plans, numerical)]
     colors = row_colors(patterns, sizes, m)
     groups = int(colors.max()) + 1 if colors.size else 0
-    partial = ""
-    if groups * sum(sizes) > work_limit:
-        partial = f"{groups:,} backward calls would exceed the work limit"
+    partial = f"{groups:,} backward calls would exceed the work limit" if groups * sum(sizes) > work_limit else ""
 
+    truths: list[dict[str, np.ndarray]] = [{} if t is None else {"numerical": t[2]} for t in numerical]
+    if reference is not None and not partial:
+        kept = [p.reference_values if p.structured else None for p in plans]
+        if any(k is None for k in kept):
+            kept = compressed_entries(reference, inputs, patterns, colors, skip, shape, budget_bytes)
+        for truth, values in zip(truths, kept):
+            truth["reference"] = values
     entries: list[InputEntries] = []
+    judged: list = []
     if not partial:
-        sources = {"analytic": lambda batched: compressed_entries(function, inputs, patterns, colors, skip, shape, budget_bytes, batched)}
-        if reference is not None:
-            sources["reference"] = lambda batched: compressed_entries(reference, inputs, patterns, colors, skip, shape, budget_bytes, batched)
-        found = {name: compute(True) for name, compute in sources.items()}
-        entries = _entries(names, inputs, truth, found, skip)
-        if not _entries_pass(entries, tolerances):  # a failure must hold with plain calls, not only under vmap
-            found = {name: compute(False) for name, compute in sources.items()}
-            entries = _entries(names, inputs, truth, found, skip)
+        analytic = compressed_entries(function, inputs, patterns, colors, skip, shape, budget_bytes)
+        entries = _entries(names, inputs, patterns, truths, analytic, skip)
+        judged = [compare_entries(e.values["analytic"], _truths(e.values), tolerances) for e in entries]
+        if any(j[2] is not None for j in judged):  # a failure must hold with plain calls, not only under vmap
+            analytic = compressed_entries(function, inputs, patterns, colors, skip, shape, budget_bytes, batched=False)
+            entries = _entries(names, inputs, patterns, truths, analytic, skip)
+            judged = [compare_entries(e.values["analytic"], _truths(e.values), tolerances) for e in entries]
 
     generator = torch.Generator().manual_seed(seed + 7919)
     upstreams = torch.randn((probes, *shape), generator=generator, dtype=torch.float64)
     upstreams.reshape(probes, -1)[:, torch.from_numpy(skip)] = 0.0
-    products = {"analytic": _vjps(function, inputs, upstreams, batched=False)}
-    if reference is not None:
-        products["reference"] = _vjps(reference, inputs, upstreams, batched=False)
     flat_u = upstreams.reshape(probes, -1).numpy()
-    products["numerical"] = [torch.from_numpy(np.stack([numerical_product(r, c, v, u, n) for u in flat_u])) for (r, c, v), n in zip(truth, sizes)]
+    products: dict[str, list] = {"analytic": vector_jacobian_products(function, inputs, upstreams, batched=False)}
+    if reference is not None:
+        products["reference"] = vector_jacobian_products(reference, inputs, upstreams, batched=False)
+    if any(t is not None for t in numerical):
+        products["numerical"] = [None if t is None else torch.from_numpy(np.stack([numerical_product(*t, u, n) for u in flat_u]))
+                                 for t, n in zip(numerical, sizes)]
     probe_list = tuple(
-        Probe(flat_u[k], {source: tuple(p[k].numpy() for p in per_input) for source, per_input in products.items()})
+        Probe(flat_u[k], {source: tuple(None if p is None else p[k].numpy() for p in per_input) for source, per_input in products.items()})
         for k in range(probes)
     )
 
-    finding = _worst_entry(entries, shape, tolerances) or _worst_probe(probe_list, names, inputs, tolerances)
+    probes_judged = [[compare_entries(p.products["analytic"][i], _probe_truths(p, i), tolerances) for i in range(len(inputs))]
+                     for p in probe_list]
+    finding = _worst_entry(entries, judged, shape, tolerances) or _worst_probe(probe_list, probes_judged, names, inputs, tolerances)
     structural = sum(r.size for r, _ in patterns)
-    excluded, where = _excluded(entries, shape, tolerances)
-    probed = sum(int((~compare_entries(p.products["analytic"][i], _truths({s: v[i] for s, v in p.products.items()}), tolerances)[1]).sum())
-                 for p in probe_list for i in range(len(inputs)))
+    excluded, where = _excluded(entries, judged, shape)
+    probed = sum(int((~j[1]).sum()) for per_probe in probes_judged for j in per_probe)
     coverage = Coverage(
         entries=m * sum(sizes),
         structural=structural,
@@ -280,39 +244,38 @@ def check_jacobian(
         excluded=excluded,
         excluded_where=where,
         backward_calls=0 if partial else groups,
-        forward_evaluations=sum(p.evaluations for p in plans),
+        forward_evaluations=sum(2 * len(p.directions) + (2 * p.n_groups if p.values is not None else 0) for p in plans),
         probes=probes,
         probed=probed,
-        truths=("reference", "numerical") if reference is not None else ("numerical",),
+        truths=tuple(t for t in TRUTHS if t in products),
         pattern_source="; ".join(dict.fromkeys(p.source for p in plans)),
         partial=partial,
     )
     return JacobianVerdict(finding is None and not coverage.empty, finding or "", coverage, tuple(entries), probe_list)
 
 
-def _entries(names, inputs, truth, found: dict[str, list[np.ndarray]], skip: np.ndarray) -> list[InputEntries]:
+def _entries(names, inputs, patterns, truths: list[dict[str, np.ndarray]], analytic: list[np.ndarray], skip: np.ndarray) -> list[InputEntries]:
     """Entries per input; those of outputs that are not finite are NaN in every source (left out)."""
     result = []
-    for i, (name, x, (r, c, v)) in enumerate(zip(names, inputs, truth)):
+    for name, x, (r, c), truth, a in zip(names, inputs, patterns, truths, analytic):
         undefined = np.isin(r, skip)
-        values = {"numerical": v, **{source: found_values[i] for source, found_values in found.items()}}
-        result.append(InputEntries(name, tuple(x.shape), r, c, {s: np.where(undefined, np.nan, a) for s, a in values.items()}))
+        values = {"analytic": a, **truth}
+        result.append(InputEntries(name, tuple(x.shape), r, c, {s: np.where(undefined, np.nan, v) for s, v in values.items()}))
     return result
+
+
+def _probe_truths(probe: Probe, index: int) -> dict[str, np.ndarray]:
+    return {name: probe.products[name][index] for name in TRUTHS if name in probe.products and probe.products[name][index] is not None}
 
 
 def _truths(values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {name: values[name] for name in TRUTHS if name in values}
 
 
-def _entries_pass(entries: Sequence[InputEntries], tolerances: Tolerances) -> bool:
-    return all(not (compare_entries(e.values["analytic"], _truths(e.values), tolerances)[0] > 0).any() for e in entries)
-
-
-def _worst_entry(entries: Sequence[InputEntries], output_shape, tolerances: Tolerances) -> str | None:
+def _worst_entry(entries: Sequence[InputEntries], judged, output_shape, tolerances: Tolerances) -> str | None:
     worst = None
-    for e in entries:
-        excess, _, against = compare_entries(e.values["analytic"], _truths(e.values), tolerances)
-        if excess.size and excess.max() > 0:
+    for e, (excess, _, against) in zip(entries, judged):
+        if against is not None:
             k = int(np.argmax(excess))
             if worst is None or excess[k] > worst[0]:
                 worst = (excess[k], e, k, against)
@@ -328,13 +291,12 @@ def _value(a: float) -> str:
     return f"{a:.6g}" if np.isfinite(a) else f"not finite ({a})"
 
 
-def _worst_probe(probes: Sequence[Probe], names, inputs, tolerances: Tolerances) -> str | None:
+def _worst_probe(probes: Sequence[Probe], judged, names, inputs, tolerances: Tolerances) -> str | None:
     worst = None
-    for number, probe in enumerate(probes, 1):
-        for i, name in enumerate(names):
+    for number, (probe, per_input) in enumerate(zip(probes, judged), 1):
+        for i, (name, (excess, _, against)) in enumerate(zip(names, per_input)):
             analytic = probe.products["analytic"][i]
-            excess, _, against = compare_entries(analytic, _truths({s: v[i] for s, v in probe.products.items()}), tolerances)
-            if excess.size and excess.max() > 0:
+            if against is not None:
                 k = int(np.argmax(excess))
                 if worst is None or excess[k] > worst[0]:
                     worst = (excess[k], number, name, tuple(inputs[i].shape), k, analytic[k], probe.products[against][i][k], against)
@@ -350,10 +312,9 @@ def tolerances_text(tolerances: Tolerances, against: str) -> str:
     return f"{tolerances.atol:g} + {tolerances.rtol:g}·|{against}|"
 
 
-def _excluded(entries: Sequence[InputEntries], output_shape, tolerances: Tolerances) -> tuple[int, tuple[str, ...]]:
+def _excluded(entries: Sequence[InputEntries], judged, output_shape) -> tuple[int, tuple[str, ...]]:
     count, where = 0, []
-    for e in entries:
-        _, left_out, _ = compare_entries(e.values["analytic"], _truths(e.values), tolerances)
+    for e, (_, left_out, _) in zip(entries, judged):
         count += int(left_out.sum())
         for k in np.nonzero(left_out)[0][: max(0, 3 - len(where))]:
             where.append(f"∂out[{_index(int(e.rows[k]), output_shape)}] / ∂{e.name}[{_index(int(e.cols[k]), e.shape)}]")

@@ -1,13 +1,17 @@
-"""Numerical differentiation: central finite differences, batched and compressed by colouring.
+"""Numerical differentiation: central finite differences, batched and compressed by colouring,
+and the Jacobian's structure that makes them cheap.
 
 One perturbation per input element costs a forward call per element, O(n²) in all. Most
-Functions have a sparse Jacobian (an output row depends on a few input elements), so this module
-discovers the pattern without knowing the Function (from the Jacobian of its reference, at the
-given point and at a jittered one), colours the columns so that elements which never meet in an
-output share a colour (Curtis–Powell–Reid), and perturbs a whole colour at once. A random
-directional derivative checks the compressed result; when it disagrees, or when there is no
-reference, every element gets its own perturbation. Perturbed copies are evaluated with
-``torch.func.vmap`` where the Function supports it, in chunks that fit a memory budget.
+Functions have a sparse Jacobian (an output depends on a few input elements), so this module
+discovers the pattern without knowing the Function (from the Jacobian of its reference, at a
+jittered point), colours the columns so that elements which never meet in an output share a
+colour (Curtis–Powell–Reid), and perturbs a whole colour at once. The rows are coloured the
+same way, so that one backward call reads many outputs' Jacobian rows.
+
+Nothing is trusted without a check at the point itself: a pattern (kept or found) must reproduce
+central differences of the Function along random directions, taken with plain calls, within the
+verdict's own tolerances; and values computed under ``vmap`` (whose rule a Function may get
+wrong) must reproduce them too, or are computed again one copy at a time.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ CHECK_DIRECTIONS = 2  # random directions a compressed plan must reproduce at th
 
 @dataclass(frozen=True)
 class DifferencePlan:
-    """How one input is perturbed: by colour groups (``colors`` per element) or one by one."""
+    """How one input is perturbed: by colour groups (``colors`` per element) or one by one, and
+    the plain differences along random directions that whatever it gives must reproduce."""
 
     input_index: int
     n_inputs: int  # elements of this input (columns of its Jacobian)
@@ -39,8 +44,12 @@ class DifferencePlan:
     source: str  # in words: where the structure came from, or why there is none
     skip_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # outputs not finite at the point: left out of Jᵀv
     step: float = 0.0
-    values: np.ndarray | None = None  # the Jacobian on the pattern at ``step``, found while checking
+    values: np.ndarray | None = None  # the numerical Jacobian on the pattern at ``step``, once computed
+    reference_values: np.ndarray | None = None  # the reference's Jacobian on the pattern, when it passed the check
     batched: bool = True  # evaluate perturbed copies under vmap; False once vmap was caught disagreeing
+    directions: tuple[np.ndarray, ...] = ()  # random ±1 directions (flat) ...
+    along: tuple[np.ndarray, ...] = ()  # ... and the plain central differences along them (outputs)
+    tolerance: tuple[float, float] = (1e-5, 1e-3)  # (atol, rtol) of those checks: the verdict's
 
     @property
     def structured(self) -> bool:
@@ -52,9 +61,9 @@ class DifferencePlan:
 
     @property
     def evaluations(self) -> int:
-        """Forward evaluations of the function: two per group (central differences), and two for
-        the random-direction check of a compressed plan."""
-        return 2 * self.n_groups + (2 * CHECK_DIRECTIONS if self.colors is not None else 0)
+        """Forward evaluations of the function for the numerical Jacobian: two per group
+        (central differences), and two per random direction of the check."""
+        return 2 * self.n_groups + 2 * len(self.directions)
 
 
 # ---- the one primitive: differences along a batch of directions ----------------------------------
@@ -166,6 +175,65 @@ def jacobian_patterns(reference: Callable[..., Tensor], inputs: Sequence[Tensor]
     return [(np.concatenate([r for r, _ in e]), np.concatenate([c for _, c in e])) for e in found]
 
 
+# ---- reading the Jacobian by backward calls ----------------------------------------------------------
+
+
+def vector_jacobian_products(function, inputs: Sequence[Tensor], upstreams: Tensor, batched: bool) -> list[Tensor]:
+    """uᵀJ for each u in ``upstreams`` (k, *output shape): per input, (k, elements)."""
+    xs = [x.detach().requires_grad_() for x in inputs]
+    with torch.enable_grad():
+        y = function(*xs)
+        upstreams = upstreams.to(dtype=y.dtype, device=y.device)
+        grads = None
+        if batched and upstreams.shape[0] > 1:
+            try:
+                grads = torch.autograd.grad(y, xs, upstreams, retain_graph=True, is_grads_batched=True, allow_unused=True)
+            except Exception:  # noqa: BLE001 - a backward that vmap cannot run: one call per vector
+                grads = None
+        if grads is None:
+            per = [torch.autograd.grad(y, xs, u, retain_graph=True, allow_unused=True) for u in upstreams]
+            grads = [None if all(g[i] is None for g in per) else
+                     torch.stack([g[i] if g[i] is not None else torch.zeros_like(x) for g in per]) for i, x in enumerate(xs)]
+    k = upstreams.shape[0]
+    return [torch.zeros(k, x.numel(), dtype=torch.float64) if g is None else torch.from_numpy(g.detach().reshape(k, -1).double().cpu().numpy(force=True).copy())
+            for g, x in zip(grads, xs)]
+
+
+def row_colors(patterns: Sequence[tuple[np.ndarray, np.ndarray]], sizes: Sequence[int], n_outputs: int) -> np.ndarray:
+    """A colour per output such that outputs of one colour share no input element, in any input."""
+    offsets = np.cumsum([0, *sizes[:-1]])
+    rows = np.concatenate([r for r, _ in patterns]) if patterns else np.zeros(0, dtype=np.int64)
+    cols = np.concatenate([c + o for (_, c), o in zip(patterns, offsets)]) if patterns else np.zeros(0, dtype=np.int64)
+    return color_columns(cols, rows, n_outputs)  # the transposed pattern: rows become columns
+
+
+def compressed_entries(function, inputs, patterns, colors: np.ndarray, skip: np.ndarray, output_shape, budget_bytes: int,
+                       batched: bool = True) -> list[np.ndarray]:
+    """Each input's Jacobian entries on its pattern, from one backward call per row colour."""
+    m, groups = colors.size, int(colors.max()) + 1 if colors.size else 0
+    n = sum(x.numel() for x in inputs)
+    chunk = max(1, budget_bytes // max(8 * (m + 2 * n), 1))
+    values = [np.zeros(r.size) for r, _ in patterns]
+    live = np.ones(m, dtype=bool)
+    live[skip] = False
+    for first in range(0, groups, chunk):
+        k = min(chunk, groups - first)
+        basis = torch.zeros(k, m, dtype=torch.float64)
+        rows = np.nonzero(live & (colors >= first) & (colors < first + k))[0]
+        basis[torch.from_numpy(colors[rows] - first), torch.from_numpy(rows)] = 1.0
+        products = vector_jacobian_products(function, inputs, basis.reshape(k, *output_shape), batched)
+        for (r, c), out, product in zip(patterns, values, products):
+            if k == groups:  # one chunk holds every colour (the common case): no masks
+                out[:] = product.numpy()[colors[r], c]
+                continue
+            hit = (colors[r] >= first) & (colors[r] < first + k)
+            out[hit] = product.numpy()[colors[r[hit]] - first, c[hit]]
+    return values
+
+
+# ---- colouring --------------------------------------------------------------------------------------
+
+
 def _rank_within(keys: np.ndarray, n: int) -> np.ndarray:
     """For each of ``n`` items, its position among the items of equal key (in index order)."""
     order = np.lexsort((np.arange(n), keys))
@@ -180,6 +248,9 @@ def is_valid_coloring(rows: np.ndarray, cols: np.ndarray, colors: np.ndarray) ->
     if rows.size == 0:
         return True
     pairs = rows.astype(np.int64) * (int(colors.max()) + 1) + colors[cols]
+    span = int(pairs.max()) + 1
+    if span <= 8 * rows.size + 2**16:  # a count per pair: linear, no sort
+        return int(np.bincount(pairs, minlength=span).max()) <= 1
     return np.unique(pairs).size == rows.size
 
 
@@ -220,6 +291,9 @@ def color_columns(rows: np.ndarray, cols: np.ndarray, n_cols: int) -> np.ndarray
     return colors
 
 
+# ---- planning ---------------------------------------------------------------------------------------
+
+
 def plan_differences(
     function: Callable[..., Tensor],
     reference: Callable[..., Tensor] | None,
@@ -235,37 +309,43 @@ def plan_differences(
     """Choose, for each input, how to perturb it: colour groups from the reference's Jacobian
     pattern, or one element at a time when no pattern can be trusted.
 
-    A pattern is trusted only once it reproduces central differences of ``function`` along
-    random directions at this very point, within the verdict's own tolerances (``atol``,
-    ``rtol``): structure can depend on values (ReLU, max, clamp). ``structure_key`` names the
-    reference and its settings; with it, a pattern found for these input shapes is kept and
-    tried first, and found afresh at this point when it fails. Reading the structure costs a
-    backward pass per output; above ``work_limit`` element evaluations it is not tried."""
+    Every plan carries plain central differences of ``function`` along random directions at
+    this point. A pattern is used only once the reference's Jacobian on it (one backward call
+    per row colour) or, failing that, the compressed differences reproduce them within the
+    verdict's tolerances (``atol``, ``rtol``): structure can depend on values (ReLU, max, clamp).
+    ``structure_key`` names the reference and its settings; with it, a pattern found for these
+    input shapes is kept and tried first, and found afresh at this point when it fails. Reading
+    the structure costs a backward pass per output; above ``work_limit`` element evaluations it
+    is not tried."""
     with torch.no_grad():
         output = function(*inputs)
     m = output.numel()
     skip = np.nonzero(~torch.isfinite(output).reshape(-1).cpu().numpy())[0]
-    def dense(i: int, why: str) -> DifferencePlan:
-        batched = _vmap_agrees(function, inputs, i, step)
-        how = "" if batched else "; evaluated one copy at a time (vmap disagreed with plain calls)"
-        return DifferencePlan(i, inputs[i].numel(), m, None, None, None, why + how, skip_rows=skip, batched=batched)
-
+    checks = [_checks(function, inputs, i, step) for i in range(len(inputs))]
+    base = [DifferencePlan(i, x.numel(), m, None, None, None, "", skip_rows=skip, step=step, directions=d, along=a, tolerance=(atol, rtol))
+            for i, (x, (d, a)) in enumerate(zip(inputs, checks))]
+    dense = lambda i, why: replace(base[i], source=f"one perturbation per element: {why}")  # noqa: E731
     if reference is None:
-        return [dense(i, "one perturbation per element: no reference to read the Jacobian's structure from") for i in range(len(inputs))]
+        return [dense(i, "no reference to read the Jacobian's structure from") for i in range(len(inputs))]
     if m * sum(x.numel() for x in inputs) > work_limit:
-        why = f"one perturbation per element: reading the Jacobian's structure ({m:,} outputs) would take too long"
-        return [dense(i, why) for i in range(len(inputs))]
-    check = lambda i, structure: _checked_plan(function, inputs, i, *structure, m, step, budget_bytes, atol, rtol)  # noqa: E731
+        return [dense(i, f"reading the Jacobian's structure ({m:,} outputs) would take too long") for i in range(len(inputs))]
     try:
         structures, cached = _structures(reference, inputs, budget_bytes, structure_key)
-        plans = [check(i, structure) for i, structure in enumerate(structures)]
-        if cached and any(plan is None for plan, _ in plans):  # a kept pattern that does not hold here
+        plans = _checked_plans(function, reference, inputs, base, structures, budget_bytes)
+        if cached and any(plan is None for plan in plans):  # a kept pattern that does not hold here
             structures = _fresh_structures(reference, inputs, budget_bytes, structure_key, at_point=True)
-            plans = [check(i, structure) for i, structure in enumerate(structures)]
+            plans = _checked_plans(function, reference, inputs, base, structures, budget_bytes)
     except Exception as error:  # noqa: BLE001
-        why = f"one perturbation per element: the reference's Jacobian failed ({type(error).__name__}: {error})"
-        return [dense(i, why) for i in range(len(inputs))]
-    return [replace(plan, skip_rows=skip) if plan else dense(i, f"one perturbation per element: {why}") for i, (plan, why) in enumerate(plans)]
+        return [dense(i, f"the reference's Jacobian failed ({type(error).__name__}: {error})") for i in range(len(inputs))]
+    why = "the Jacobian's pattern did not reproduce differences along random directions at this point"
+    return [plan or dense(i, why) for i, plan in enumerate(plans)]
+
+
+def _checks(function, inputs, index: int, step: float) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
+    """Random ±1 directions of input ``index`` and the plain central differences along them."""
+    directions = _directions(inputs[index].shape, CHECK_DIRECTIONS)
+    along = tuple(along_direction(function, inputs, index, d, step).double().cpu().numpy() for d in directions)
+    return tuple(d.reshape(-1).numpy() for d in directions), along
 
 
 _STRUCTURES: OrderedDict[Hashable, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = OrderedDict()
@@ -305,18 +385,6 @@ def _union(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray], n
     return flat // n_cols, flat % n_cols
 
 
-def _vmap_agrees(function, inputs, index: int, step: float) -> bool:
-    """Whether perturbed copies evaluated under vmap equal plain calls (a Function's own vmap
-    rule may be wrong, and finite differences are the truth)."""
-    x = inputs[index]
-    copies = torch.stack([x + step * d.to(x) for d in _directions(x.shape, CHECK_DIRECTIONS)] + [x])
-    with torch.no_grad():
-        batched = _evaluate_batch(function, inputs, index, copies, batched=True)
-        plain = _evaluate_batch(function, inputs, index, copies, batched=False)
-    tolerance = 64 * torch.finfo(plain.dtype).eps if plain.is_floating_point() else 0.0
-    return bool(batched.shape == plain.shape and torch.allclose(batched, plain, rtol=tolerance, atol=tolerance * float(plain.abs().nan_to_num(0, 0, 0).max()), equal_nan=True))
-
-
 def _directions(shape, count: int) -> list[Tensor]:
     """Seeded random ±1 directions: every element moves by a full step, so a missed coupling
     shows at its own size."""
@@ -324,15 +392,18 @@ def _directions(shape, count: int) -> list[Tensor]:
     return [torch.randint(0, 2, tuple(shape), generator=generator, dtype=torch.float64) * 2 - 1 for _ in range(count)]
 
 
-def _reproduces(along: list[np.ndarray], directions: list[Tensor], plan: DifferencePlan, values: np.ndarray, atol: float, rtol: float) -> bool:
-    """Whether J·d from the plan's entries matches the plain differences along each direction
-    d, row by row, within atol + rtol·(largest term of that row): as strict as the verdict."""
+def reproduces(plan: DifferencePlan, rows: np.ndarray, cols: np.ndarray, values: np.ndarray) -> bool:
+    """Whether the Jacobian entries (rows, cols, values) give J·d equal to the plan's plain
+    differences along each of its directions d, row by row, within atol + rtol·(largest term of
+    that row): as strict as the verdict, which compares entries at atol + rtol·|truth|."""
+    atol, rtol = plan.tolerance
     m = plan.n_outputs
-    for observed, direction in zip(along, directions):
-        terms = values * direction.reshape(-1).numpy()[plan.cols]
-        predicted = np.bincount(plan.rows, weights=terms, minlength=m).astype(np.float64)
+    for direction, observed in zip(plan.directions, plan.along):
+        with np.errstate(invalid="ignore"):
+            terms = values * direction[cols]
+        predicted = np.bincount(rows, weights=terms, minlength=m).astype(np.float64)  # float even when empty
         largest = np.zeros(m)
-        np.maximum.at(largest, plan.rows, np.nan_to_num(np.abs(terms), nan=0.0, posinf=0.0))
+        np.maximum.at(largest, rows, np.nan_to_num(np.abs(terms), nan=0.0, posinf=0.0))
         finite = np.isfinite(observed) & np.isfinite(predicted)
         if np.any(finite != np.isfinite(observed)):
             return False
@@ -341,22 +412,28 @@ def _reproduces(along: list[np.ndarray], directions: list[Tensor], plan: Differe
     return True
 
 
-def _checked_plan(function, inputs, index, rows, cols, colors, m, step, budget_bytes, atol, rtol) -> tuple[DifferencePlan | None, str]:
-    """A colouring plan whose Jacobian reproduces plain differences along random directions at
-    this point, or (None, why not). Vmapped evaluation is tried first and kept only if it
-    passes; a Function whose vmap rule disagrees is evaluated one copy at a time."""
-    n = inputs[index].numel()
-    directions = _directions(inputs[index].shape, CHECK_DIRECTIONS)
-    along = [along_direction(function, inputs, index, d, step).double().cpu().numpy() for d in directions]
-    for batched in (True, False):
-        plan = DifferencePlan(index, n, m, colors, rows, cols, "", step=step, batched=batched)
-        values = jacobian_values(function, inputs, plan, step, budget_bytes)
-        if _reproduces(along, directions, plan, values, atol, rtol):
-            how = "" if batched else "; evaluated one copy at a time (vmap disagreed with plain calls)"
-            source = (f"{plan.n_groups} colour groups for {n} elements, from the reference's Jacobian pattern{how}"
-                      if plan.n_groups < n else f"one perturbation per element (the Jacobian's pattern is dense){how}")
-            return replace(plan, source=source, values=values), ""
-    return None, "the Jacobian's pattern did not reproduce differences along random directions at this point"
+def _checked_plans(function, reference, inputs, base: Sequence[DifferencePlan], structures, budget_bytes: int) -> list[DifferencePlan | None]:
+    """Each input's plan on its pattern, if the pattern passes the check at this point: first by
+    the reference's Jacobian on it (cheap: a backward call per row colour), else by the
+    compressed differences themselves (a forward evaluation per colour)."""
+    patterns = [(rows, cols) for rows, cols, _ in structures]
+    with torch.no_grad():
+        output = reference(*inputs)
+    colors = row_colors(patterns, [x.numel() for x in inputs], output.numel())
+    by_reference = compressed_entries(reference, inputs, patterns, colors, np.zeros(0, dtype=np.int64), tuple(output.shape), DEFAULT_BUDGET_BYTES)
+    plans: list[DifferencePlan | None] = []
+    for plan, (rows, cols, column_colors), values in zip(base, structures, by_reference):
+        n = plan.n_inputs
+        plan = replace(plan, colors=column_colors, rows=rows, cols=cols)
+        what = (f"{plan.n_groups} colour groups for {n} elements, from the reference's Jacobian pattern" if plan.n_groups < n
+                else "one perturbation per element (the Jacobian's pattern is dense)")
+        if reproduces(plan, rows, cols, values):
+            plans.append(replace(plan, source=what, reference_values=values))
+            continue
+        plan = with_values(function, inputs, plan, budget_bytes)
+        plans.append(replace(plan, source=what + " (checked by its own differences: the reference's Jacobian did not reproduce them)")
+                     if plan.values is not None and reproduces(plan, rows, cols, plan.values) else None)
+    return plans
 
 
 # ---- what the plan gives ---------------------------------------------------------------------------
@@ -369,11 +446,8 @@ def _blocks(function, inputs, plan: DifferencePlan, step: float, budget_bytes: i
         yield first, block.double().cpu().numpy()
 
 
-def jacobian_values(function, inputs, plan: DifferencePlan, step: float, budget_bytes: int = DEFAULT_BUDGET_BYTES) -> np.ndarray:
-    """The numerical Jacobian's entries on the plan's pattern (compressed plans only): entry
-    (r, c) is row r of its colour's difference."""
-    if plan.values is not None and step == plan.step:
-        return plan.values
+def _compressed_values(function, inputs, plan: DifferencePlan, step: float, budget_bytes: int) -> np.ndarray:
+    """Entry (r, c) of the pattern is row r of its colour's difference."""
     values = np.zeros(plan.rows.size)
     color_of_entry = plan.colors[plan.cols]
     for first, block in _blocks(function, inputs, plan, step, budget_bytes):
@@ -382,51 +456,93 @@ def jacobian_values(function, inputs, plan: DifferencePlan, step: float, budget_
     return values
 
 
-def numerical_jacobian(function, inputs, plan: DifferencePlan, step: float, budget_bytes: int = DEFAULT_BUDGET_BYTES) -> np.ndarray:
-    """The full numerical Jacobian, (output elements, input elements), for small inputs."""
+def _dense_jacobian(function, inputs, plan: DifferencePlan, step: float, budget_bytes: int) -> np.ndarray:
     jacobian = np.zeros((plan.n_outputs, plan.n_inputs))
-    if plan.colors is not None:
-        jacobian[plan.rows, plan.cols] = jacobian_values(function, inputs, plan, step, budget_bytes)
-        return jacobian
     for first, block in _blocks(function, inputs, plan, step, budget_bytes):
         jacobian[:, first : first + block.shape[0]] = block.T
     return jacobian
 
 
+def _all_entries(m: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    rows, cols = np.divmod(np.arange(m * n), n)
+    return rows, cols
+
+
+def with_values(function, inputs, plan: DifferencePlan, budget_bytes: int = DEFAULT_BUDGET_BYTES) -> DifferencePlan:
+    """The plan with its numerical Jacobian at its own step computed (once): on the pattern
+    (compressed plans) or whole (flat, row-major). Values computed under vmap are kept only if
+    they reproduce the plan's plain differences; otherwise they are computed again one copy at
+    a time, and the plan says so."""
+    if plan.values is not None:
+        return plan
+    values = _compute_values(function, inputs, plan, plan.step, budget_bytes)
+    rows, cols = (plan.rows, plan.cols) if plan.structured else _all_entries(plan.n_outputs, plan.n_inputs)
+    if plan.batched and plan.directions and not reproduces(plan, rows, cols, values):
+        plain = replace(plan, batched=False, source=plan.source + "; evaluated one copy at a time (vmap disagreed with plain calls)")
+        return replace(plain, values=_compute_values(function, inputs, plain, plan.step, budget_bytes))
+    return replace(plan, values=values)
+
+
+def _compute_values(function, inputs, plan: DifferencePlan, step: float, budget_bytes: int) -> np.ndarray:
+    if plan.structured:
+        return _compressed_values(function, inputs, plan, step, budget_bytes)
+    return _dense_jacobian(function, inputs, plan, step, budget_bytes).reshape(-1)
+
+
+def jacobian_values(function, inputs, plan: DifferencePlan, step: float | None = None, budget_bytes: int = DEFAULT_BUDGET_BYTES) -> np.ndarray:
+    """The numerical Jacobian's values (on the pattern, or whole and flat) at ``step`` (None: the plan's)."""
+    if step is None or step == plan.step:
+        return with_values(function, inputs, plan, budget_bytes).values
+    return _compute_values(function, inputs, plan, step, budget_bytes)
+
+
+def numerical_jacobian(function, inputs, plan: DifferencePlan, step: float | None = None, budget_bytes: int = DEFAULT_BUDGET_BYTES) -> np.ndarray:
+    """The full numerical Jacobian, (output elements, input elements), for small inputs."""
+    values = jacobian_values(function, inputs, plan, step, budget_bytes)
+    if not plan.structured:
+        return values.reshape(plan.n_outputs, plan.n_inputs)
+    jacobian = np.zeros((plan.n_outputs, plan.n_inputs))
+    jacobian[plan.rows, plan.cols] = values
+    return jacobian
+
+
+def numerical_entries(function, inputs, plan: DifferencePlan, step: float | None = None, budget_bytes: int = DEFAULT_BUDGET_BYTES) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The numerical Jacobian as (rows, cols, values): on the plan's pattern when it has one;
+    else every entry that is not exactly 0, and every entry of an output that is not finite
+    (their structure is unknown)."""
+    values = jacobian_values(function, inputs, plan, step, budget_bytes)
+    if plan.structured:
+        return plan.rows, plan.cols, values
+    jacobian = values.reshape(plan.n_outputs, plan.n_inputs)
+    keep = (jacobian != 0) | ~np.isfinite(jacobian)
+    keep[plan.skip_rows, :] = True
+    rows, cols = np.nonzero(keep)
+    return rows, cols, jacobian[rows, cols]
+
+
+def gradient_from_entries(rows, cols, values, upstream: np.ndarray, skip_rows: np.ndarray, n: int) -> np.ndarray:
+    """Jᵀ·upstream from Jacobian entries, outputs that are not finite left out; an element that
+    feeds one of them is NaN (its gradient is undefined)."""
+    used = np.isin(rows, skip_rows, invert=True)
+    # float64 even when no entry is used (numpy gives integers for an empty bincount)
+    gradient = np.bincount(cols[used], weights=values[used] * upstream[rows[used]], minlength=n).astype(np.float64)
+    gradient[cols[~used]] = np.nan
+    return gradient
+
+
 def numerical_gradient(
-    function, inputs, plan: DifferencePlan, upstream: Tensor, step: float, budget_bytes: int = DEFAULT_BUDGET_BYTES
+    function, inputs, plan: DifferencePlan, upstream: Tensor, step: float | None = None, budget_bytes: int = DEFAULT_BUDGET_BYTES
 ) -> np.ndarray:
     """Jᵀ·upstream for input ``plan.input_index``, in float64, shaped like the input.
 
     Outputs that are not finite at the point are left out: their derivative is undefined, and
     they would otherwise make every element that shares a block with them NaN. Elements that
     feed such an output are NaN: where the pattern says so, or every element when no pattern
-    is known (any of them may feed it). Both paths follow the same rule, so a verdict does not
-    change with the plan."""
-    v = upstream.detach().double().cpu().reshape(-1).numpy().copy()
-    v[plan.skip_rows] = 0.0
-    if plan.colors is not None:
-        values = jacobian_values(function, inputs, plan, step, budget_bytes)
-        used = np.isin(plan.rows, plan.skip_rows, invert=True)
-        # float64 even when no entry is used (numpy gives integers for an empty bincount)
-        gradient = np.bincount(plan.cols[used], weights=values[used] * v[plan.rows[used]], minlength=plan.n_inputs).astype(np.float64)
-        gradient[plan.cols[~used]] = np.nan  # elements feeding an undefined output: undefined too
-    else:  # one group per element, in order: each block's rows are Jacobian columns
-        blocks = (block for _, block in _blocks(function, inputs, plan, step, budget_bytes))
-        gradient = np.concatenate([np.delete(block, plan.skip_rows, axis=1) @ np.delete(v, plan.skip_rows) for block in blocks])
-        if plan.skip_rows.size:
-            gradient[:] = np.nan
+    is known (any of them may feed it). Both paths follow one rule, so a verdict does not change
+    with the plan."""
+    v = upstream.detach().double().cpu().reshape(-1).numpy()
+    values = jacobian_values(function, inputs, plan, step, budget_bytes)
+    # without a pattern, every element may feed an undefined output
+    rows, cols = (plan.rows, plan.cols) if plan.structured else _all_entries(plan.n_outputs, plan.n_inputs)
+    gradient = gradient_from_entries(rows, cols, values, v, plan.skip_rows, plan.n_inputs)
     return gradient.reshape(tuple(inputs[plan.input_index].shape))
-
-
-def numerical_entries(function, inputs, plan: DifferencePlan, step: float, budget_bytes: int = DEFAULT_BUDGET_BYTES) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The numerical Jacobian as (rows, cols, values): on the plan's pattern when it has one;
-    else every entry that is not exactly 0, and every entry of an output that is not finite
-    (their structure is unknown)."""
-    if plan.structured:
-        return plan.rows, plan.cols, jacobian_values(function, inputs, plan, step, budget_bytes)
-    jacobian = numerical_jacobian(function, inputs, plan, step, budget_bytes)
-    keep = (jacobian != 0) | ~np.isfinite(jacobian)
-    keep[plan.skip_rows, :] = True
-    rows, cols = np.nonzero(keep)
-    return rows, cols, jacobian[rows, cols]
