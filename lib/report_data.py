@@ -143,7 +143,11 @@ def summary(report: GradientReport, case=None) -> dict:
         "dtype": report.dtype,
         "device": report.device,
         "passed": report.verdict.passed,
+        "outcome": report.verdict.outcome,
         "verdict": report.verdict.summary,
+        "coverage": _coverage(report),
+        "second order": {"outcome": report.second_order.outcome, "verdict": report.second_order.summary} if report.second_order else None,
+        "upstream gradient drawn": report.upstream,
         "cosine to reference": report.cosine,
         "loss": report.loss,
         "max |formula output − reference output|": report.forward_max_error,
@@ -158,3 +162,14 @@ def summary(report: GradientReport, case=None) -> dict:
 def plan_sources(report: GradientReport) -> str:
     """How the finite differences were taken, input by input, in one line."""
     return "; ".join(f"{c.name}: {c.plan.source} ({c.plan.evaluations} evaluations)" for c in report.inputs)
+
+
+def _coverage(report: GradientReport) -> dict | None:
+    """What the whole-Jacobian verdict covered, in numbers."""
+    if report.jacobian is None:
+        return None
+    c = report.jacobian.coverage
+    return {"entries": c.entries, "structurally nonzero": c.structural, "compared one by one": c.compared,
+            "left out (truth not finite)": c.excluded, "backward calls": c.backward_calls,
+            "forward evaluations": c.forward_evaluations, "random probes": c.probes, "partial": c.partial or None,
+            "in words": c.describe()}

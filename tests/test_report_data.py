@@ -98,6 +98,9 @@ def test_summary_is_the_report_without_arrays(tutorial):
     assert x1["errors"]["analytic-reference"]["worst index"] == list(tutorial.input("x1").errors[AR].worst)
     assert x1["forward evaluations"] + data["inputs"]["x2"]["forward evaluations"] == data["forward evaluations"]
     assert "colour groups" in plan_sources(tutorial) and "x2:" in plan_sources(tutorial)
+    coverage = data["coverage"]
+    assert coverage["entries"] == tutorial.jacobian.coverage.entries and coverage["in words"] in data["verdict"]
+    assert data["second order"]["outcome"] == "fail" and data["outcome"] == "fail"
 
 
 def test_shown_says_nan_and_inf_in_words():
