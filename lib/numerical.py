@@ -484,16 +484,18 @@ def _all_entries(m: int, n: int) -> tuple[np.ndarray, np.ndarray]:
 
 def with_values(function, inputs, plan: DifferencePlan, budget_bytes: int = DEFAULT_BUDGET_BYTES) -> DifferencePlan:
     """The plan with its numerical Jacobian at its own step computed (once): on the pattern
-    (compressed plans) or whole (flat, row-major). Values computed under vmap are kept only if
-    they reproduce the plan's plain differences; otherwise they are computed again one copy at
-    a time, and the plan says so."""
+    (compressed plans) or whole (flat, row-major). Values computed under vmap that do not
+    reproduce the plan's plain differences are computed again one copy at a time; if those do,
+    they are kept, and the plan says so (else the differences' own noise was the cause)."""
     if plan.values is not None:
         return plan
     values = _compute_values(function, inputs, plan, plan.step, budget_bytes)
     rows, cols = (plan.rows, plan.cols) if plan.structured else _all_entries(plan.n_outputs, plan.n_inputs)
     if plan.batched and plan.directions and not reproduces(plan, rows, cols, values):
-        plain = replace(plan, batched=False, source=plan.source + "; evaluated one copy at a time (vmap disagreed with plain calls)")
-        return replace(plain, values=_compute_values(function, inputs, plain, plan.step, budget_bytes))
+        plain = replace(plan, batched=False)
+        plain_values = _compute_values(function, inputs, plain, plan.step, budget_bytes)
+        if reproduces(plan, rows, cols, plain_values):  # vmap was the culprit, not the differences' own noise
+            return replace(plain, values=plain_values, source=plan.source + "; evaluated one copy at a time (vmap disagreed with plain calls)")
     return replace(plan, values=values)
 
 

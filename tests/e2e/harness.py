@@ -317,7 +317,9 @@ def select_options(page, key: str) -> list[str]:
 
 def pick_option(page, key: str, option: str) -> None:
     """Open the selectbox and click one option of its list."""
-    page.locator(f"{widget(key)} input[role='combobox']").click()
+    box = page.locator(f"{widget(key)} input[role='combobox']")
+    box.evaluate("e => e.scrollIntoView({block: 'center'})")  # a list opened at the window's edge is not drawn
+    box.click()
     page.get_by_role("option", name=option, exact=True).click()
 
 
