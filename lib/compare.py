@@ -362,7 +362,8 @@ def compare_gradients(
         jacobian = check_jacobian(run, reference, inputs, family.input_names, plans, tolerances, seed=seed,
                                   budget_bytes=budget_bytes, work_limit=work_limit)
         if second_order:
-            second = check_second_order(run, reference, inputs, family.loss, tolerances, first_order_passed=jacobian.passed, seed=seed)
+            second = check_second_order(run, reference, inputs, family.loss, tolerances, first_order_passed=jacobian.passed, seed=seed,
+                                        names=family.input_names)
     referenced = _gradients(reference, inputs, drawn_upstream) if reference else numerical
 
     # 4. maps, input by input

@@ -88,6 +88,7 @@ def check_second_order(
     *,
     first_order_passed: bool,
     seed: int = 0,
+    names: Sequence[str] | None = None,
 ) -> SecondOrderVerdict:
     """The formula's double backward against the truth, by two Hessian-vector products."""
     generator = torch.Generator().manual_seed(seed + 104729)
@@ -113,9 +114,10 @@ def check_second_order(
         return SecondOrderVerdict("not differentiable", f"backward is not differentiable: double backward raised {error}", {})
     kept = {source: tuple(values) for source, values in products.items()}
 
+    where = _Where(names or [f"input {i + 1}" for i in range(len(inputs))], [tuple(x.shape) for x in inputs])
     what = "2 Hessian-vector products (the loss's and a random uᵀy's, along random directions)"
     mine = kept["double backward"]
-    consistent = _agree(mine, kept["differences of its gradient"], tolerances)
+    consistent = _agree(mine, kept["differences of its gradient"], tolerances, where)
     if reference is not None:
         truth, truth_name = kept["reference"], "autograd through the reference"
     elif first_order_passed:
@@ -123,7 +125,7 @@ def check_second_order(
     else:
         return SecondOrderVerdict("not checked", "not checked: there is no reference, and the first-order gradient that finite "
                                   "differences would start from is wrong", kept)
-    finding = _agree(mine, truth, tolerances)
+    finding = _agree(mine, truth, tolerances, where)
     if finding is not None and unrecorded:
         return SecondOrderVerdict("not differentiable", "backward is not differentiable: its gradient carries no autograd graph "
                                   f"(it detaches, or leaves torch), so double backward gives 0 where the truth does not ({finding})", kept)
@@ -134,11 +136,28 @@ def check_second_order(
     return SecondOrderVerdict("fail", f"fails: double backward differs from {truth_name}: {finding}; {self_consistency}", kept)
 
 
-def _agree(mine: Sequence[np.ndarray], truth: Sequence[np.ndarray], tolerances: Tolerances) -> str | None:
+@dataclass(frozen=True)
+class _Where:
+    """Names an element of all inputs flattened together."""
+
+    names: Sequence[str]
+    shapes: Sequence[tuple[int, ...]]
+
+    def __call__(self, flat: int) -> str:
+        for name, shape in zip(self.names, self.shapes):
+            size = int(np.prod(shape))
+            if flat < size:
+                return f"{name}[{', '.join(map(str, np.unravel_index(flat, shape)))}]" if shape else name
+            flat -= size
+        return f"element {flat}"
+
+
+def _agree(mine: Sequence[np.ndarray], truth: Sequence[np.ndarray], tolerances: Tolerances, where: _Where) -> str | None:
     """None when every product agrees within tolerance; else the worst element in words."""
-    for number, (a, b) in enumerate(zip(mine, truth), 1):
+    labels = ("the loss's", "the random uᵀy's")
+    for label, a, b in zip(labels, mine, truth):
         excess, _, _ = compare_entries(a, {"truth": b}, tolerances)
         if excess.size and excess.max() > 0:
             k = int(np.argmax(excess))
-            return f"product {number}, element {k}: {a[k]:.6g} vs {b[k]:.6g}"
+            return f"in {label} Hessian-vector product at {where(k)}, {a[k]:.6g} against {b[k]:.6g}"
     return None

@@ -104,3 +104,32 @@ def test_an_entry_is_judged_against_every_finite_truth_and_left_out_only_without
 def test_a_coverage_with_nothing_compared_gives_no_verdict():
     empty = Coverage(100, 10, 0, 10, ("∂out[0] / ∂x[0]",), 1, 4, 2, 0, "pattern")
     assert empty.empty and "0 of the 10" in empty.describe() and "left out" in empty.describe()
+
+
+def test_a_check_cut_short_by_the_work_limit_says_so_as_coverage():
+    from lib.jacobian import check_jacobian
+    from lib.numerical import plan_differences
+
+    family = get_family("softmax")
+    (x,) = family.build_inputs((4, 8), seed=0)
+    run = lambda x: family.run("corrected", (x,))  # noqa: E731
+    reference = lambda x: family.run(None, (x,))  # noqa: E731
+    tolerances = default_tolerances(torch.float64)
+    plans = plan_differences(run, reference, (x,), tolerances.step)
+    verdict = check_jacobian(run, reference, (x,), ("x",), plans, tolerances, work_limit=10)
+    assert verdict.coverage.partial and verdict.coverage.compared == 0
+    assert "by 2 random probes only" in verdict.summary and "work limit" in verdict.summary
+    wrong = check_jacobian(lambda x: family.run("no-subtract", (x,)), reference, (x,), ("x",), plans, tolerances, work_limit=10)
+    assert wrong.passed == gradcheck_passes(lambda x: family.run("no-subtract", (x,)), x)
+
+
+def gradcheck_passes(function, x) -> bool:
+    return torch.autograd.gradcheck(function, (x.clone().requires_grad_(),), fast_mode=False, raise_exception=False)
+
+
+def test_dense_blocks_are_checked_entry_by_entry_in_one_call_per_position():
+    family = get_family("softmax")
+    report = compare_gradients(family, "corrected", family.build_inputs((8, 64), seed=0))
+    coverage = report.jacobian.coverage
+    assert coverage.structural == 8 * 64 * 64 and coverage.backward_calls == 64
+    assert report.inputs[0].plan.n_groups == 64 and report.verdict.passed
