@@ -232,7 +232,9 @@ def check_jacobian(
 
     probes_judged = [[compare_entries(p.products["analytic"][i], _probe_truths(p, i), tolerances) for i in range(len(inputs))]
                      for p in probe_list]
-    finding = _worst_entry(entries, judged, shape, tolerances) or _worst_probe(probe_list, probes_judged, names, inputs, tolerances)
+    zero = [p[0].numpy() for p in vector_jacobian_products(function, inputs, torch.zeros((1, *shape), dtype=torch.float64), batched=False)]
+    finding = (_worst_entry(entries, judged, shape, tolerances) or _not_zero(zero, names, inputs, patterns, skip)
+               or _off_pattern(entries, probe_list, tolerances) or _worst_probe(probe_list, probes_judged, names, inputs, tolerances))
     structural = sum(r.size for r, _ in patterns)
     excluded, where = _excluded(entries, judged, shape)
     probed = sum(int((~j[1]).sum()) for per_probe in probes_judged for j in per_probe)
@@ -263,6 +265,48 @@ def _entries(names, inputs, patterns, truths: list[dict[str, np.ndarray]], analy
             values = {s: np.where(undefined, np.nan, v) for s, v in values.items()}
         result.append(InputEntries(name, tuple(x.shape), r, c, values))
     return result
+
+
+def _not_zero(gradients: Sequence[np.ndarray], names, inputs, patterns, skip: np.ndarray) -> str | None:
+    """A backward must give exactly 0 for a zero upstream gradient, as gradcheck requires: an
+    added term, or a gradient not multiplied by grad_output, shows here even when it is small.
+    Elements that feed an output that is not finite are left out (0·NaN is NaN)."""
+    for name, x, gradient, (rows, cols) in zip(names, inputs, gradients, patterns):
+        undefined = np.zeros(gradient.size, dtype=bool)
+        undefined[cols[np.isin(rows, skip)]] = True
+        wrong = (gradient != 0) & ~undefined
+        if wrong.any():
+            k = int(np.argmax(np.where(wrong, np.nan_to_num(np.abs(gradient), nan=np.inf), -1.0)))
+            return (f"for a zero upstream gradient the formula's backward returns {gradient[k]:.6g} at {name}[{_index(k, tuple(x.shape))}] "
+                    "instead of 0: it is not multiplied by grad_output (an added term, or a gradient computed without it)")
+    return None
+
+
+def _off_pattern(entries: Sequence[InputEntries], probes: Sequence[Probe], tolerances: Tolerances) -> str | None:
+    """What the formula's backward puts outside the pattern, for each random upstream u: uᵀJ by a
+    plain call minus the part that the entries already checked account for. The truth is 0
+    there, so this is held to atol, as gradcheck holds an entry whose truth is 0; rtol² of the
+    pattern's own part allows for rounding (a backward computed in float32, say)."""
+    worst = None
+    for number, probe in enumerate(probes, 1):
+        for i, e in enumerate(entries):
+            terms = probe.upstream[e.rows] * e.values["analytic"]
+            n = probe.products["analytic"][i].size
+            on_pattern = np.bincount(e.cols, weights=terms, minlength=n)
+            scale = np.bincount(e.cols, weights=np.abs(terms), minlength=n)
+            with np.errstate(invalid="ignore"):
+                outside = np.abs(probe.products["analytic"][i] - on_pattern)
+                excess = np.where(np.isfinite(on_pattern), outside - (tolerances.atol + tolerances.rtol**2 * scale), -np.inf)
+            if excess.size and excess.max() > 0:
+                k = int(np.argmax(excess))
+                if worst is None or excess[k] > worst[0]:
+                    worst = (excess[k], number, e.name, e.shape, k, outside[k])
+    if worst is None:
+        return None
+    _, number, name, shape, k, outside = worst
+    return (f"for random upstream gradient {number}, the formula's backward gives {name}[{_index(k, shape)}] {outside:.6g} more "
+            f"than its own Jacobian entries account for: it mixes grad_output across outputs (entries outside the pattern), "
+            f"or is not linear in grad_output (allowed {tolerances.atol:g})")
 
 
 def _probe_truths(probe: Probe, index: int) -> dict[str, np.ndarray]:

@@ -72,6 +72,27 @@ class RowCubesRolled(RowCubes):
         return 3 * x**2 * g.roll(1, 0)[:, None]  # rows of grad_output permuted
 
 
+class SquareAbsGradOutput(Square):
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 2 * x * g.abs()  # not linear in grad_output: right for gradcheck's 0/1 upstreams only
+
+
+class SquarePlusConstant(Square):
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 2 * x * g + 1e-6  # a small added term: not 0 for a zero upstream
+
+
+class RowCubesLeaking(RowCubes):
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 3 * x**2 * (g + 1e-3 * g.roll(1, 0))[:, None]  # a little of the neighbouring row's grad_output
+
+
 class MatmulTransposed(torch.autograd.Function):
     """y = x @ w with w square; the gradient of x uses w where it needs wᵀ."""
 
@@ -290,6 +311,7 @@ class Specimen:
     wrong_first: bool  # first order wrong
     wrong_second: bool  # double backward wrong (or missing)
     prepare: Callable[[Tensor], Tensor] = lambda x: x
+    gradcheck_blind: bool = False  # wrong, yet gradcheck passes it (its upstreams are 0 and 1 only)
 
     def inputs(self, seed: int = 0) -> tuple[Tensor, ...]:
         generator = torch.Generator().manual_seed(seed)
@@ -310,6 +332,9 @@ WRONG = (
     Specimen("grad_output mean", SquareReducesGradOutput, lambda x: x * x, ((6, 5),), True, True),
     Specimen("grad_output sum", SquareSumsGradOutput, lambda x: x * x, ((6, 5),), True, True),
     Specimen("rows rolled", RowCubesRolled, lambda x: (x**3).sum(1), ((6, 5),), True, True),
+    Specimen("grad_output abs", SquareAbsGradOutput, lambda x: x * x, ((6, 5),), True, True, gradcheck_blind=True),
+    Specimen("added constant", SquarePlusConstant, lambda x: x * x, ((6, 5),), True, False),
+    Specimen("small leak", RowCubesLeaking, lambda x: (x**3).sum(1), ((6, 5),), True, True),
     Specimen("transposed", MatmulTransposed, lambda x, w: x @ w, ((4, 5), (5, 5)), True, True),
     Specimen("inputs swapped", ProductSwapped, lambda a, b: a * b * b, ((4, 5), (4, 5)), True, True),
     Specimen("sign flipped", SineSignFlipped, torch.sin, ((6, 5),), True, True),
