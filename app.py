@@ -6,6 +6,7 @@ from lib import ui, views
 from lib.figures.check import verdict_rows
 
 case = ui.page_setup(
+    "app.py",
     "∇ Gradient Lab",
     "Custom autograd Functions with hand-written backward passes, checked against PyTorch's autograd and "
     "finite differences: every entry of the Jacobian, and the second order. Change the case in the sidebar; "

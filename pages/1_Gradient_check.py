@@ -18,10 +18,10 @@ from lib.figures.check import (
 from lib.report_data import drawable, element_rows, pair_name, plan_sources, shown, summary
 from lib.reproduce import file_name, python_snippet
 
-URL = ui.URL
 UPSTREAM_WORDS = {"loss": "loss's", "ones": "all-ones", "random": "random (seeded)", "given": "given"}
 
 case = ui.page_setup(
+    "pages/1_Gradient_check.py",
     "Gradient check",
     "One formula's hand-written gradient against PyTorch's autograd (the reference) and finite "
     "differences, element by element: where it is wrong, by how much, and how to reproduce it.",
@@ -33,7 +33,7 @@ with ui.guard("This page"):
     formulas = list(case.formulas) or list(family.formulas)
     if not case.formulas:
         st.caption("No formula is chosen in the sidebar: every formula of the family is offered here.")
-    formula = st.selectbox("Formula to check", formulas, key="check_formula", bind=URL,
+    formula = st.selectbox("Formula to check", formulas, key="check_formula", bind=ui.URL,
                            help="One of the formulas chosen in the sidebar.")
 
     # ---- 1. the verdict ----------------------------------------------------------------------------------
@@ -63,10 +63,10 @@ with ui.guard("This page"):
     if report is not None:
         st.subheader("Gradients and errors, element by element")
         left, middle, right = st.columns(3)
-        name = left.selectbox("Input", family.input_names, key="check_input", bind=URL)
-        pair = middle.selectbox("Error map", PAIRS, key="check_pair", bind=URL, format_func=pair_name,
+        name = left.selectbox("Input", family.input_names, key="check_input", bind=ui.URL)
+        pair = middle.selectbox("Error map", PAIRS, key="check_pair", bind=ui.URL, format_func=pair_name,
                                 help="Which two gradient sources to subtract: a − b.")
-        relative = right.toggle("Relative error |a − b| / |b| (log colour)", False, key="check_relative", bind=URL)
+        relative = right.toggle("Relative error |a − b| / |b| (log colour)", False, key="check_relative", bind=ui.URL)
         comparison = report.input(name)
         drawn = drawable(comparison)
         if drawn.cut:
@@ -106,7 +106,7 @@ with ui.guard("This page"):
         st.caption("Max |numerical − reference| for finite-difference steps from 1e-1 to 1e-12, in float32 and float64: "
                    "where truncation error gives way to rounding error, and which step is best. About 50 times the "
                    "finite differences above.")
-        if st.toggle("Run the step sweep", False, key="check_sweep", bind=URL):
+        if st.toggle("Run the step sweep", False, key="check_sweep", bind=ui.URL):
             sweep = ui.compute(views.gradient_sweep, case, formula, what="Sweeping the finite-difference step…")
             if sweep is not None:
                 ui.chart(step_sweep_figure(sweep), key="check_sweep_figure")
@@ -114,7 +114,7 @@ with ui.guard("This page"):
         st.caption("PyTorch's own verdict on this Function: gradcheck (fast and slow), gradgradcheck (double backward), "
                    "forward-mode AD, vmap and more, each as pass, fail, not supported or skipped. Slow: gradcheck "
                    "loops over elements in Python.")
-        if st.toggle("Run PyTorch's checks", False, key="check_conformance", bind=URL):
+        if st.toggle("Run PyTorch's checks", False, key="check_conformance", bind=ui.URL):
             checks = ui.compute(views.conformance, case, formula, what="Running gradcheck and friends…")
             if checks is not None:
                 ui.chart(conformance_table(checks), key="check_conformance_table")

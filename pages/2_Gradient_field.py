@@ -8,10 +8,10 @@ from lib.figures.fields import error_field_figures
 from lib.figures.landscape import gradient_field_figure
 from lib.tables import field_columns, grid_rows
 
-URL = "query-params"
 BACKGROUND_RESOLUTION = 41
 
 case = ui.page_setup(
+    "pages/2_Gradient_field.py",
     "Gradient field",
     "Which way each formula's backward pushes the input: its −gradient drawn as arrows on a plane through the inputs, "
     "over the loss contours, and how far its gradient is from the reference's at every point of that plane.",
@@ -27,7 +27,7 @@ with ui.guard("This page"):
 
     *plane_columns, resolution_col = st.columns([3, 2, 2, 2, 3, 3])
     spec, span = ui.plane_controls("field", case, sizes, plane_columns)
-    resolution = int(resolution_col.slider("Arrows per side", 5, 41, 15, key="field_resolution", bind=URL))
+    resolution = int(resolution_col.slider("Arrows per side", 5, 41, 15, key="field_resolution", bind=ui.URL))
     index = spec.index
 
     field = ui.compute(views.field, case, spec, resolution, span, what="Computing every formula's gradient on the plane…")

@@ -14,12 +14,12 @@ from lib.figures.landscape import (
 from lib.tables import grid_rows, trajectory_rows
 from lib.trajectory import OPTIMIZERS
 
-URL = "query-params"
 LEARNING_RATES = [1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0, 10.0]
 KINDS = ("2-D surface", "1-D slice")
 VIEWS = ("contours", "3-D")
 
 case = ui.page_setup(
+    "pages/3_Loss_surface.py",
     "Loss surface",
     "The loss along a line or over a plane through the inputs (the reference's loss: what every formula should descend), "
     "and where an optimizer ends up when each formula's own gradient drives it.",
@@ -39,24 +39,24 @@ with ui.guard("This page"):
 
     # ---- the view ----
     kind_col, resolution_col, view_col, log_col, paths_col = st.columns([3, 4, 3, 2, 3], vertical_alignment="center")
-    kind = kind_col.radio("Show", KINDS, key="surface_kind", bind=URL, horizontal=True)
+    kind = kind_col.radio("Show", KINDS, key="surface_kind", bind=ui.URL, horizontal=True)
     one_dimensional = kind == "1-D slice"
     if one_dimensional:
-        resolution = int(resolution_col.slider("Points along the line", 11, 401, 101, key="surface_slice_resolution", bind=URL))
+        resolution = int(resolution_col.slider("Points along the line", 11, 401, 101, key="surface_slice_resolution", bind=ui.URL))
     else:
-        resolution = int(resolution_col.slider("Points per side", 5, 201, 51, key="surface_resolution", bind=URL,
+        resolution = int(resolution_col.slider("Points per side", 5, 201, 51, key="surface_resolution", bind=ui.URL,
                                                help="The cost grows with the square: 201 per side is 40,401 loss evaluations."))
-    log = log_col.toggle("Log scale", False, key="surface_log", bind=URL)
+    log = log_col.toggle("Log scale", False, key="surface_log", bind=ui.URL)
     view = "contours"
     if not one_dimensional:
-        view = view_col.radio("Draw as", VIEWS, key="surface_view", bind=URL, horizontal=True)
-    paths = paths_col.toggle("Optimizer paths", False, key="surface_paths", bind=URL, help="Run an optimizer from the current point, driven by each formula's gradient.")
+        view = view_col.radio("Draw as", VIEWS, key="surface_view", bind=ui.URL, horizontal=True)
+    paths = paths_col.toggle("Optimizer paths", False, key="surface_paths", bind=ui.URL, help="Run an optimizer from the current point, driven by each formula's gradient.")
     optimizer, learning_rate, steps = "SGD", 0.1, 100
     if paths:
         optimizer_col, rate_col, steps_col = st.columns([2, 3, 3])
-        optimizer = optimizer_col.selectbox("Optimizer", list(OPTIMIZERS), key="surface_optimizer", bind=URL)
-        learning_rate = float(rate_col.select_slider("Learning rate", LEARNING_RATES, value=0.1, key="surface_lr", bind=URL, format_func=lambda v: f"{v:g}"))
-        steps = int(steps_col.slider("Steps", 1, 500, 100, key="surface_steps", bind=URL))
+        optimizer = optimizer_col.selectbox("Optimizer", list(OPTIMIZERS), key="surface_optimizer", bind=ui.URL)
+        learning_rate = float(rate_col.select_slider("Learning rate", LEARNING_RATES, value=0.1, key="surface_lr", bind=ui.URL, format_func=lambda v: f"{v:g}"))
+        steps = int(steps_col.slider("Steps", 1, 500, 100, key="surface_steps", bind=ui.URL))
 
     # ---- computing and drawing ----
     surface = ui.compute(views.surface, case, spec, resolution, span, one_dimensional,

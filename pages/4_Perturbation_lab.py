@@ -6,11 +6,11 @@ from lib import ui, views
 from lib.figures.sweeps import sweep_figure
 from lib.sweeps import METRICS, SWEEPS
 
-URL = "query-params"
 METRIC_HELP = ("max abs error: the largest |analytic − reference| over every element · max relative error: the same divided "
                "by |reference| (floored) · cosine to reference: 1 points the right way, −1 is exactly flipped")
 
 case = ui.page_setup(
+    "pages/4_Perturbation_lab.py",
     "Perturbation lab",
     "Turn one knob of the inputs (their norm, noise, eps, near-zero rows, the angle between them, the dtype) over a "
     "range and see where each formula's gradient stops agreeing with autograd through the reference.",
@@ -19,9 +19,9 @@ case = ui.page_setup(
 # whatever fails below is said in words on the page, never as a traceback
 with ui.guard("This page"):
     kind_col, metric_col = st.columns(2)
-    kind = kind_col.selectbox("Perturbation to sweep", list(SWEEPS), key="lab_kind", bind=URL,
+    kind = kind_col.selectbox("Perturbation to sweep", list(SWEEPS), key="lab_kind", bind=ui.URL,
                               help="Every other setting comes from the sidebar; this one is replaced by each value of the sweep.")
-    metric = metric_col.selectbox("Metric", list(METRICS), key="lab_metric", bind=URL, help=METRIC_HELP)
+    metric = metric_col.selectbox("Metric", list(METRICS), key="lab_metric", bind=ui.URL, help=METRIC_HELP)
     st.caption(f"**What to look for.** {SWEEPS[kind].look_for}")
 
     result = ui.compute(views.perturbation_sweep, case, kind, what=f"Sweeping the {kind} over {len(SWEEPS[kind].values)} values…")

@@ -8,11 +8,11 @@ from lib.figures.training import training_summary
 from lib.tables import trajectory_rows
 from lib.trajectory import MAX_STEPS, OPTIMIZERS
 
-URL = "query-params"
 BADGES = {"descends": "green", "climbs": "red", "stays": "gray", "raised": "orange", "diverged": "orange"}
 LEARNING_RATES = [1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0, 10.0]
 
 case = ui.page_setup(
+    "pages/5_Training.py",
     "Training",
     "Optimize input 1 towards input 2 with each formula: every formula starts from the same point and drives the same "
     "optimizer with its own backward, while the loss and the true gradient come from the reference.",
@@ -21,11 +21,11 @@ case = ui.page_setup(
 # whatever fails below is said in words on the page, never as a traceback
 with ui.guard("This page"):
     optimizer_col, rate_col, steps_col = st.columns([2, 3, 3])
-    optimizer = optimizer_col.selectbox("Optimizer", list(OPTIMIZERS), key="train_optimizer", bind=URL,
+    optimizer = optimizer_col.selectbox("Optimizer", list(OPTIMIZERS), key="train_optimizer", bind=ui.URL,
                                         help="SGD + momentum uses momentum 0.9; Adam its defaults.")
-    learning_rate = float(rate_col.select_slider("Learning rate", LEARNING_RATES, value=0.1, key="train_lr", bind=URL,
+    learning_rate = float(rate_col.select_slider("Learning rate", LEARNING_RATES, value=0.1, key="train_lr", bind=ui.URL,
                                                  format_func=lambda v: f"{v:g}"))
-    steps = int(steps_col.slider("Steps", 1, MAX_STEPS, 200, key="train_steps", bind=URL))
+    steps = int(steps_col.slider("Steps", 1, MAX_STEPS, 200, key="train_steps", bind=ui.URL))
 
     runs = ui.compute(views.training, case, views.PlaneSpec(), optimizer, learning_rate, steps,
                       what=f"Running {optimizer} for {steps} steps per formula…")

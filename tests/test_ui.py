@@ -6,7 +6,8 @@ import math
 import numpy as np
 
 from lib.family import get_family
-from lib.ui import _plain, csv_text, default_formulas
+from lib.ui.downloads import _plain, csv_text
+from lib.ui.sidebar import default_formulas
 
 
 def test_csv_text_has_a_header_and_a_row_per_dict():

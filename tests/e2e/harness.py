@@ -301,6 +301,21 @@ def press_slider(page, key: str, press: str = "ArrowRight") -> None:
     thumb.press(press)
 
 
+NAV_LABELS = {"home": "Home", "gradient_check": "Gradient check", "gradient_field": "Gradient field",
+              "loss_surface": "Loss surface", "perturbation_lab": "Perturbation lab", "training": "Training"}
+
+
+def go_to(page, name: str, timeout: float = 90_000) -> None:
+    """Click the sidebar's link to page ``name`` (a key of PAGES) and wait until that page has
+    finished running, at its own address."""
+    runs = finished_runs(page)
+    page.locator("[data-testid='stSidebar']").get_by_role("link", name=NAV_LABELS[name], exact=True).click()
+    path = PAGES[name]
+    page.wait_for_function("path => window.location.pathname === path", arg=path, timeout=timeout)
+    wait_rerun(page, runs, timeout)
+    wait_idle(page, timeout)
+
+
 def select_value(page, key: str) -> str:
     return page.locator(f"{widget(key)} input[role='combobox']").input_value()
 

@@ -4,7 +4,6 @@ changed URL reloaded into the same view."""
 
 import time
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 import pytest
 
@@ -120,11 +119,3 @@ def test_deep_link_controls_and_reload(page, app_url, check):
     assert shown(page, key, kind) == own
     assert_drawn(page, check)
     assert content(page, check) == after_select
-
-
-def test_sidebar_lists_every_page(page, app_url):
-    page.goto(app_url)
-    harness.wait_idle(page)
-    links = page.locator("[data-testid='stSidebarNav'] a")
-    hrefs = {urlsplit(h).path for h in (links.nth(i).get_attribute("href") for i in range(links.count()))}
-    assert hrefs == set(harness.PAGES.values())

@@ -10,10 +10,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def app(page: str | None = None, **query) -> AppTest:
-    """A fresh session of app.py (or a page file, as a deep link opens it), query params set, run."""
-    at = AppTest.from_file(str(ROOT / (page or "app.py")), default_timeout=120)
+    """A fresh session opened at ``page`` (a file of pages/, relative to app.py; None: home) by a
+    deep link with ``query``, run. app.py is the entrypoint, as in the real app, so the
+    navigation's links resolve."""
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
     for key, value in query.items():
         at.query_params[key] = value
+    if page:
+        at.switch_page(page)
     return at.run()
 
 

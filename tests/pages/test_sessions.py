@@ -1,6 +1,7 @@
 """Sessions are isolated: what one sets, caches or mutates does not reach another."""
 
-from lib import ui, views
+from lib import views
+from lib.ui.compute import cached
 from lib.case import Case
 from tests.pages.conftest import app
 
@@ -20,9 +21,9 @@ def test_two_sessions_keep_their_own_settings():
 
 def test_cached_results_are_copies_so_one_session_cannot_change_anothers():
     case = Case(shape=(3, 4))
-    mine = ui._cached("gradient_report", case, "corrected")
+    mine = cached(views.gradient_report)(case, "corrected")
     mine.inputs[0].gradients["analytic"][:] = 123.0  # a careless page mutating its result
-    theirs = ui._cached("gradient_report", case, "corrected")
+    theirs = cached(views.gradient_report)(case, "corrected")
     assert theirs is not mine
     assert (theirs.inputs[0].gradients["analytic"] != 123.0).all()
     assert theirs.verdict.passed and views.gradient_report is not None

@@ -1,0 +1,33 @@
+"""Showing results: verdicts as badges and boxes, and charts."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+BADGES = {"pass": ":green-badge[pass]", "fail": ":red-badge[fail]", "no verdict": ":orange-badge[no verdict]",
+          "not differentiable": ":red-badge[not differentiable]", "not checked": ":gray-badge[not checked]"}
+
+
+def badge(outcome: str) -> str:
+    return BADGES.get(outcome, f":gray-badge[{outcome}]")
+
+
+def sentence(summary: str) -> str:
+    """A verdict's summary without its leading outcome word ("passes: …"), safe as markdown."""
+    return summary.split(": ", 1)[-1].replace("*", "\\*").replace("_", "\\_")
+
+
+def verdict_box(text: str, outcome: str) -> None:
+    """A verdict as a coloured box: green for pass, red for a failure, amber when no verdict."""
+    if outcome == "pass":
+        st.success(text, icon=":material/check_circle:")
+    elif outcome in ("no verdict", "not checked"):
+        st.warning(text, icon=":material/help:")
+    else:
+        st.error(text, icon=":material/cancel:")
+
+
+def chart(fig, key: str) -> None:
+    st.plotly_chart(fig, width="stretch", key=key)
+
+

@@ -1,0 +1,210 @@
+"""The page's frame: page setup, the navigation that carries the case from page to page, and
+the sidebar that builds the Case. Every widget has a key and is bound to the URL, so a link
+reproduces the view."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pandas  # noqa: F401 - imported whole before any session: a half-imported pandas breaks plotly in another session
+import streamlit as st
+
+from lib import plugins
+from lib.case import DTYPES, Case
+from lib.compare import UPSTREAMS
+from lib.devices import DEVICES, device_problem
+from lib.family import Family, families
+from lib.perturb import ALIGNMENTS, INJECTIONS, Perturbation
+
+MAX_ROWS, MAX_FEATURES, MAX_DEPTH = 4096, 4096, 64
+URL = "query-params"
+MAX_ROWS, MAX_FEATURES, MAX_DEPTH = 4096, 4096, 64
+PAGE_PREFIXES = ("check_", "field_", "surface_", "lab_", "train_")  # a page's own widgets: the rest is the case
+
+
+@dataclass(frozen=True)
+class NavPage:
+    path: str  # relative to app.py
+    label: str
+    icon: str
+
+
+PAGES = (
+    NavPage("app.py", "Home", ":material/home:"),
+    NavPage("pages/1_Gradient_check.py", "Gradient check", ":material/rule:"),
+    NavPage("pages/2_Gradient_field.py", "Gradient field", ":material/open_with:"),
+    NavPage("pages/3_Loss_surface.py", "Loss surface", ":material/landscape:"),
+    NavPage("pages/4_Perturbation_lab.py", "Perturbation lab", ":material/science:"),
+    NavPage("pages/5_Training.py", "Training", ":material/trending_down:"),
+)
+_PAGE_SETTINGS = "_page_settings"  # session state: each page's own settings, as the URL last held them
+_CURRENT_PAGE = "_current_page"  # session state: the page the last run drew
+_LAST_CASE = "_last_case"  # session state: the case as the last run's address held it
+_RETRIED = "_retried"  # session state: this page was just opened once more to restore its address
+
+
+def page_setup(page: str, title: str, explanation: str) -> Case:
+    """Every page starts here: page config, the navigation, title, its one-line explanation,
+    the sidebar's Case. ``page`` is the page's file, relative to app.py."""
+    st.set_page_config(page_title=f"{title} · Gradient Lab", page_icon="∇", layout="wide")
+    st.title(title)
+    st.caption(explanation)
+    link = {k: st.query_params.get(k) for k in st.query_params}  # as the link gave them, before any widget reads them
+    remember_page_settings(page)
+    if _arrived(page):
+        restore_address(page)
+    with st.sidebar:
+        navigation = st.container()
+        case = sidebar_case()
+    st.session_state[_LAST_CASE] = {k: v for k, v in _query().items() if not k.startswith(PAGE_PREFIXES)}
+    with navigation:
+        draw_navigation()
+    notes = link_notes(link)
+    if notes:
+        st.info("Ignored from the link: " + "; ".join(notes) + ".", icon="🔗")
+    return case
+
+
+def default_formulas(family: Family) -> list[str]:
+    """Up to two wrong formulas and every correct one: enough to compare without clutter."""
+    wrong = [n for n, f in family.formulas.items() if not f.correct][:2]
+    return wrong + [n for n, f in family.formulas.items() if f.correct]
+
+
+def _log_choices(low: int, high: int) -> list[float]:
+    return [10.0**e for e in range(low, high + 1)]
+
+
+def _query() -> dict[str, list[str]]:
+    return {key: st.query_params.get_all(key) for key in st.query_params}
+
+
+def _arrived(page: str) -> bool:
+    """Whether this run opens ``page`` coming from another page of this session."""
+    arrived = st.session_state.get(_CURRENT_PAGE) not in (None, page)
+    st.session_state[_CURRENT_PAGE] = page
+    return arrived
+
+
+def remember_page_settings(page: str) -> None:
+    """Keep this page's own settings (its prefixed widgets, as the URL holds them), so that a
+    link back to it in this session brings them back."""
+    own = {k: v for k, v in _query().items() if k.startswith(PAGE_PREFIXES)}
+    st.session_state.setdefault(_PAGE_SETTINGS, {})[page] = own
+
+
+def page_query(page: str) -> dict[str, list[str]]:
+    """The address of ``page`` from here: the case (every sidebar setting in the URL) and the
+    page's own settings from the last visit in this session."""
+    case = {k: v for k, v in _query().items() if not k.startswith(PAGE_PREFIXES)}
+    return {**case, **st.session_state.get(_PAGE_SETTINGS, {}).get(page, {})}
+
+
+def draw_navigation() -> None:
+    """Links to every page that carry the case, so moving between pages keeps it (Streamlit's
+    own sidebar links drop the query parameters, and it names the home page after its file)."""
+    for page in PAGES:
+        query = page_query(page.path)
+        st.page_link(page.path, label=page.label, icon=page.icon, query_params=query or None)
+    st.divider()
+
+
+def link_notes(link: dict[str, str]) -> list[str]:
+    """What a link asked for that was not taken: unknown parameters, and sidebar values that were
+    not valid (Streamlit leaves the widget at its default and drops them from the URL). Values
+    are shown as code, shortened: never rendered as markdown or HTML."""
+    def shown(text: str) -> str:
+        text = text.replace("`", "'").replace("\n", " ")
+        return f"`{text[:40]}{'…' if len(text) > 40 else ''}`"
+
+    notes = []
+    for key, value in link.items():
+        if key not in st.session_state and not key.startswith(PAGE_PREFIXES):
+            notes.append(f"{shown(key)} is not a setting of Gradient Lab")
+        elif key in st.session_state and key not in st.query_params and _url_form(st.session_state[key]) != value:
+            notes.append(f"{shown(key)}={shown(value)} is not a valid value here")
+    return notes
+
+
+def _url_form(value: Any) -> str:
+    return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def restore_address(page: str) -> None:
+    """Arriving at a page, the address must hold the case. Streamlit drops the case's
+    parameters on the first page switch of a session (later ones keep them), so a page that
+    arrives without them is opened once more with the case the last page's address held,
+    before any widget binds them."""
+    last = st.session_state.get(_LAST_CASE, {})
+    if st.session_state.pop(_RETRIED, False) or all(key in st.query_params for key in last):
+        return
+    st.session_state[_RETRIED] = True
+    st.switch_page(page, query_params={**last, **st.session_state.get(_PAGE_SETTINGS, {}).get(page, {})})
+
+
+def sidebar_case() -> Case:
+    for result in plugins.ensure_loaded():  # the server's own --functions / GRADIENT_LAB_FUNCTIONS
+        if result.error:
+            st.error(f"Could not load your functions from `{result.source}`: {result.error}", icon="⚠️")
+    known = families()
+    st.header("Case")
+    family = known[st.selectbox("Family", list(known), key="family", bind=URL, help=" · ".join(f"{n}: {f.title}" for n, f in known.items()))]
+    formulas = st.multiselect("Formulas to compare", list(family.formulas), default=default_formulas(family),
+                              key=f"formulas_{family.name}", bind=URL, help="Each formula is a custom autograd.Function; the reference is autograd through PyTorch's own ops.")
+
+    st.subheader("Shape")
+    rows = st.number_input("Rows (batch)", 1, MAX_ROWS, 8, key="rows", bind=URL)
+    features = st.number_input("Features", 1, MAX_FEATURES, 16, key="features", bind=URL)
+    depth = st.number_input("Extra dim (0 = none)", 0, MAX_DEPTH, 0, key="depth", bind=URL, help="A third dim: inputs of shape (rows, features, extra).")
+    shape = (int(rows), int(features)) + ((int(depth),) if depth else ())
+    params: dict[str, float | int] = {}
+    if "dim" in family.params:
+        options = list(range(-len(shape), len(shape)))
+        default = int(family.params["dim"]) if int(family.params["dim"]) in options else options[-1]
+        params["dim"] = st.selectbox("dim (reduced over)", options, index=options.index(default), key="dim", bind=URL)
+    broadcast = st.checkbox("Broadcast input 2 (size 1 off dim)", False, key="broadcast", bind=URL) if len(family.input_names) > 1 else False
+
+    st.subheader("Numbers")
+    dtype = st.selectbox("dtype", list(DTYPES), key="dtype", bind=URL, help="float64 for checking correctness; lower precisions are perturbations to look at.")
+    # plain option labels: the URL carries the label, so it must not depend on this machine
+    device = st.selectbox("Device", list(DEVICES), key="device", bind=URL,
+                          help=" · ".join(f"{d}: {device_problem(d) or 'available'}" for d in DEVICES))
+    if device_problem(device):
+        st.caption(f"⚠ {device} is unavailable here: {device_problem(device)}")
+    seed = st.number_input("Seed", 0, 2**31 - 1, 0, key="seed", bind=URL)
+    upstream = st.selectbox("Upstream gradient (drawn)", UPSTREAMS, key="upstream", bind=URL,
+                            help="What the drawn gradients are the product of: the loss's gradient (what training sees), all ones, "
+                                 "or random (seeded): a backward that ignores or mixes grad_output shows in the maps. "
+                                 "The verdict checks every Jacobian entry whatever is drawn.")
+    if "eps" in family.params:
+        params["eps"] = st.select_slider("eps (norm clamp)", [0.0] + _log_choices(-12, 1), value=float(family.params["eps"]), key="eps", bind=URL,
+                                         format_func=lambda v: "0" if v == 0 else f"{v:.0e}")
+    for name, value in family.params.items():  # any other family parameter, generically
+        if name not in ("dim", "eps"):
+            params[name] = st.number_input(name, value=value, key=f"param_{name}", bind=URL)
+    step = st.select_slider("Finite-difference step h", ["auto"] + _log_choices(-12, -1), value="auto", key="step", bind=URL,
+                            format_func=lambda v: "auto (by dtype)" if v == "auto" else f"{v:.0e}")
+
+    with st.expander("Perturbations", expanded=False):
+        perturbation = Perturbation(
+            noise1=st.slider("Noise on input 1 (σ)", 0.0, 2.0, 0.0, 0.01, key="noise1", bind=URL),
+            noise2=st.slider("Noise on input 2 (σ)", 0.0, 2.0, 0.0, 0.01, key="noise2", bind=URL) if len(family.input_names) > 1 else 0.0,
+            norm1=st.select_slider("Row norm of input 1", [0.0] + _log_choices(-6, 4), value=0.0, key="norm1", bind=URL,
+                                   format_func=lambda v: "as drawn" if v == 0 else f"{v:g}", help="1 = unit norm: where the sign-fixed tutorial is right."),
+            norm2=st.select_slider("Row norm of input 2", [0.0] + _log_choices(-6, 4), value=0.0, key="norm2", bind=URL,
+                                   format_func=lambda v: "as drawn" if v == 0 else f"{v:g}") if len(family.input_names) > 1 else 0.0,
+            near_zero_rows=st.number_input("Rows of input 1 near zero", 0, MAX_ROWS, 0, key="near_zero", bind=URL),
+            near_zero_factor=st.select_slider("… at norm (× eps)", [0.1, 0.5, 1.0, 2.0, 10.0], value=1.0, key="near_zero_factor", bind=URL),
+            align=st.selectbox("Input 2 along input 1", ALIGNMENTS, key="align", bind=URL) if len(family.input_names) > 1 else "none",
+            align_angle=st.slider("… within (degrees)", 0.0, 90.0, 1.0, 0.5, key="align_angle", bind=URL),
+            inject=st.selectbox("Inject into input 1", INJECTIONS, key="inject", bind=URL),
+            inject_count=st.number_input("… at how many elements", 1, 1000, 1, key="inject_count", bind=URL),
+        )
+    return Case(
+        family=family.name, formulas=tuple(formulas), shape=shape, dtype=dtype, device=device, seed=int(seed),
+        broadcast=bool(broadcast), params=tuple(sorted(params.items())), step=None if step == "auto" else float(step),
+        perturbation=perturbation, upstream=upstream,
+    )
+
+

@@ -1,0 +1,70 @@
+"""Moving between pages through the app's own sidebar links keeps the case, in the widgets and in
+the address, and each page's own settings come back when the user returns to it."""
+
+from urllib.parse import urlsplit
+
+import pytest
+
+from tests.e2e import harness
+
+pytestmark = pytest.mark.e2e
+
+CASE = {"family": "softmax", "rows": "5", "features": "7", "seed": "3", "dtype": "float32"}
+TOUR = ["gradient_check", "gradient_field", "loss_surface", "perturbation_lab", "training", "home", "gradient_check"]
+
+
+def shown_case(page) -> dict[str, str]:
+    return {
+        "family": harness.select_value(page, "family"),
+        "rows": harness.number_value(page, "rows"),
+        "features": harness.number_value(page, "features"),
+        "seed": harness.number_value(page, "seed"),
+        "dtype": harness.select_value(page, "dtype"),
+    }
+
+
+def test_a_case_from_a_link_survives_a_tour_of_every_page(page, app_url):
+    page.goto(harness.deep_link(app_url, "home", **CASE))
+    harness.wait_idle(page)
+    assert shown_case(page) == CASE
+    for name in TOUR:
+        harness.go_to(page, name)
+        assert shown_case(page) == CASE, name
+        address = harness.query_of(page.url)
+        assert {k: address.get(k) for k in CASE} == CASE, (name, page.url)  # a link copied here reproduces the view
+        assert harness.errors(page) == [], name
+
+
+def test_a_setting_changed_on_one_page_is_there_on_the_next(page, app_url):
+    page.goto(harness.deep_link(app_url, "training", rows="3"))
+    harness.wait_idle(page)
+    runs = harness.finished_runs(page)
+    harness.pick_option(page, "dtype", "float32")
+    harness.wait_rerun(page, runs)
+    harness.go_to(page, "loss_surface")
+    assert harness.select_value(page, "dtype") == "float32" and harness.number_value(page, "rows") == "3"
+    assert harness.query_of(page.url).get("dtype") == "float32"
+
+
+def test_a_pages_own_settings_come_back_when_the_user_returns(page, app_url):
+    page.goto(harness.deep_link(app_url, "training", rows="3"))
+    harness.wait_idle(page)
+    runs = harness.finished_runs(page)
+    harness.pick_option(page, "train_optimizer", "Adam")
+    harness.wait_rerun(page, runs)
+    harness.go_to(page, "home")
+    assert "train_optimizer" not in harness.query_of(page.url)  # another page's setting stays with its page
+    harness.go_to(page, "training")
+    assert harness.select_value(page, "train_optimizer") == "Adam"
+    assert harness.query_of(page.url).get("train_optimizer") == "Adam" and harness.number_value(page, "rows") == "3"
+
+
+def test_the_navigation_names_every_page(page, app_url):
+    page.goto(app_url)
+    harness.wait_idle(page)
+    sidebar = page.locator("[data-testid='stSidebar']")
+    labels = [link.inner_text().strip().split("\n")[-1] for link in sidebar.get_by_role("link").all()]  # after the icon
+    assert labels == list(harness.NAV_LABELS.values())
+    paths = ["/" + urlsplit(link.get_attribute("href")).path.lstrip("/") for link in sidebar.get_by_role("link").all()]
+    assert paths == [harness.PAGES[name] for name in harness.NAV_LABELS]
+    assert page.locator("[data-testid='stSidebarNav']").count() == 0  # Streamlit's own links (with "app") are hidden
