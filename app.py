@@ -4,6 +4,7 @@ import streamlit as st
 
 from lib import ui, views
 from lib.figures.check import verdict_rows
+from lib.source import backward_diff, backward_source
 
 case = ui.page_setup(
     "app.py",
@@ -31,32 +32,39 @@ with ui.guard("This page"):
             st.markdown(f"{ui.badge(report.verdict.outcome)} **{report.formula}**: {ui.sentence(report.verdict.summary)}  \n"
                         + (f"{ui.badge(report.second_order.outcome)} second order: {ui.sentence(report.second_order.summary)}" if report.second_order else ""))
         if case.perturbation.active:
-            st.caption(f"Perturbations: {case.perturbation.describe()}")
+            st.caption(f"Perturbations: {case.perturbation.describe(case.get_family().input_names)}")
         ui.download("Download the verdicts (CSV)", rows, "verdicts.csv", key="download_verdicts")
 
     with ui.guard("Showing the formulas"):
         family = case.get_family()
-        st.subheader(f"{family.title}: what the specimen gets wrong")
+        right = next((f for f in family.formulas.values() if f.correct), None)
+        wrong = [f for f in family.formulas.values() if not f.correct]
+        st.subheader(f"{family.title}: what the buggy formulas get wrong" if wrong else family.title)
         if family.specimen:
             st.code(family.specimen, language="python")  # long lines scroll: wrapping would break the indentation
-        wrong = next((f for f in family.formulas.values() if not f.correct), None)
-        right = next((f for f in family.formulas.values() if f.correct), None)
-        left, middle = st.columns(2)
-        with left:
-            st.markdown(f"**What {wrong.name if wrong else 'it'} computes**")
-            if wrong and wrong.latex:
-                st.latex(wrong.latex)
-        with middle:
-            st.markdown("**What it should compute** (autograd through the reference)")
-            if family.gradient_latex:
-                st.latex(family.gradient_latex)
-            if right and right.latex:
+        if family.forward_latex or family.gradient_latex:
+            left, middle = st.columns(2)
+            with left:
+                if family.forward_latex:
+                    st.markdown("**Forward**")
+                    st.latex(family.forward_latex)
+            with middle:
+                if family.gradient_latex:
+                    st.markdown("**What the gradient should be** (autograd through the reference)")
+                    st.latex(family.gradient_latex)
+        for formula in wrong:
+            st.markdown(f":red-badge[buggy] **{formula.name}**: {formula.summary}")
+            if formula.latex:
+                st.latex(formula.latex)
+            diff = backward_diff(formula, right) if right else None
+            if diff:
+                with st.expander(f"{formula.name}'s backward against {right.name}'s", expanded=formula is wrong[0]):
+                    st.caption(f"− lines are {right.name}'s (correct), + lines {formula.name}'s.")
+                    st.code(diff, language="diff")
+        if right:
+            st.markdown(f":green-badge[correct] **{right.name}**: {right.summary}")
+            if right.latex:
                 st.latex(right.latex)
-        if family.forward_latex:
-            st.markdown("**Forward:**")
-            st.latex(family.forward_latex)
-        with st.expander("Every formula of this family"):
-            for name, formula in family.formulas.items():
-                st.markdown(f"{':green-badge[correct]' if formula.correct else ':red-badge[buggy]'} **{name}**: {formula.summary}")
-                if formula.latex:
-                    st.latex(formula.latex)
+            with st.expander(f"{right.name}'s backward"):
+                source = backward_source(right)
+                st.code(source or "(its source cannot be read)", language="python")

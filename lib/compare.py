@@ -394,6 +394,33 @@ def compare_gradients(
     )
 
 
+def wrong_inputs(family: Family, formulas: Sequence[str], inputs: Sequence[Tensor], params: dict | None = None,
+                 tolerances: Tolerances | None = None) -> dict[str, tuple[str, ...]]:
+    """For each formula, the inputs whose gradient of the family's loss differs from the
+    reference's at this point (gradcheck's test, element by element); a formula that raises has
+    every input. One backward per formula: cheap, for pages that move one input and must say
+    when a bug lies in another one's gradient."""
+    if family.reference is None:
+        return {}
+    params = {**family.params, **(params or {})}
+    inputs = tuple(x.detach() for x in inputs)
+    tolerances = tolerances or default_tolerances(inputs[0].dtype)
+    reference = lambda *xs: family.run(None, xs, **params)  # noqa: E731
+    with torch.no_grad():
+        upstream = upstream_gradient(family.loss, reference(*inputs))
+    truth = _gradients(reference, inputs, upstream)
+    wrong = {}
+    for formula in formulas:
+        try:
+            analytic = _gradients(lambda *xs: family.run(formula, xs, **params), inputs, upstream)  # noqa: B023
+        except Exception:  # noqa: BLE001 - the formula under test may be broken
+            wrong[formula] = tuple(family.input_names)
+            continue
+        wrong[formula] = tuple(name for name, a, t in zip(family.input_names, analytic, truth)
+                               if compare_entries(a, {"reference": t}, tolerances)[2] is not None)
+    return wrong
+
+
 # ---- finite-difference step sweep -------------------------------------------------------------------
 
 DEFAULT_STEPS = tuple(10.0**-k for k in np.arange(1, 12.5, 0.5))  # 1e-1 … 1e-12

@@ -47,6 +47,13 @@ class Family:
     specimen: str = ""  # the code under study, its bugs marked in comments, for the home page
     # the point an input is pulled towards, (inputs, index, params) -> tensor shaped like it, or None
     target: Callable[[tuple[Tensor, ...], int, Mapping], Tensor | None] | None = None
+    broadcast: bool = False  # whether build_inputs can give the second input size 1 off the reduced dim
+    # what to look for, in words, where pages explain a view: "training", "field", "sweep:<kind>";
+    # a page falls back to its own family-neutral words
+    notes: Mapping[str, str] = field(default_factory=dict)
+
+    def note(self, place: str, default: str = "") -> str:
+        return self.notes.get(place, default)
 
     def formula(self, name: str) -> Formula:
         try:
@@ -117,13 +124,15 @@ def declare(
     title: str | None = None,
     description: str = "",
     latex: Mapping[str, str] | None = None,
+    notes: Mapping[str, str] | None = None,
 ) -> Family:
     """Register a family with as little ceremony as possible; the contract for users' modules.
 
     ``formulas`` maps names to autograd.Function classes (their ``apply`` is used) or callables of
     the inputs (and the ``params`` as keywords). Without a ``reference``, finite differences are the
     reference. Defaults: standard-normal inputs of the sidebar's shape, one per name in
-    ``inputs``; the loss is the sum of the output.
+    ``inputs``; the loss is the sum of the output. ``notes``: what to look for on a page, in
+    your words ("training", "field", "sweep:input norm", ...); pages have neutral defaults.
     """
     def as_callable(f):
         return f.apply if isinstance(f, type) and issubclass(f, torch.autograd.Function) else f
@@ -143,5 +152,6 @@ def declare(
             params=dict(params or {}),
             forward_latex=latex.get("forward", ""),
             gradient_latex=latex.get("gradient", ""),
+            notes=dict(notes or {}),
         )
     )

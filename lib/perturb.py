@@ -36,20 +36,21 @@ class Perturbation:
     def active(self) -> bool:
         return self != Perturbation()
 
-    def describe(self) -> str:
-        """The active perturbations in words, for captions and notes."""
+    def describe(self, names: tuple[str, ...] = ("input 1", "input 2")) -> str:
+        """The active perturbations in words, for captions and notes; ``names``: the inputs' names."""
+        first, second = names[0], names[1] if len(names) > 1 else "input 2"
         parts = []
         if self.align != "none":
-            parts.append(f"input 2 {self.align} to input 1 within {self.align_angle:g}°")
-        for i, (norm, noise) in enumerate(((self.norm1, self.noise1), (self.norm2, self.noise2)), start=1):
+            parts.append(f"{second} {self.align} to {first} within {self.align_angle:g}°")
+        for name, (norm, noise) in zip((first, second), ((self.norm1, self.noise1), (self.norm2, self.noise2))):
             if norm:
-                parts.append(f"rows of input {i} at norm {norm:g}")
+                parts.append(f"rows of {name} at norm {norm:g}")
             if noise:
-                parts.append(f"noise σ={noise:g} on input {i}")
+                parts.append(f"noise σ={noise:g} on {name}")
         if self.near_zero_rows:
-            parts.append(f"{self.near_zero_rows} row(s) of input 1 at norm {self.near_zero_factor:g}·eps")
+            parts.append(f"{self.near_zero_rows} row(s) of {first} at norm {self.near_zero_factor:g}·eps")
         if self.inject != "none":
-            parts.append(f"{self.inject_count} {self.inject.upper()} in input 1")
+            parts.append(f"{self.inject_count} {self.inject.upper()} in {first}")
         return "; ".join(parts) if parts else "none"
 
 

@@ -47,37 +47,30 @@ SWEEPS: dict[str, SweepKind] = {
     kind.name: kind
     for kind in (
         SweepKind(
-            "input norm", _log_values(-3, 3, 2), "row norm of input 1 and input 2", True,
-            "Every row of both inputs rescaled to the same norm. A formula that forgot the 1/(‖x1‖‖x2‖) "
-            "normalisation is right only at unit norm: there its error dips to ~0 and grows away from it "
-            "on both sides. A formula with only a flipped sign has cosine −1 everywhere; the tutorial, "
-            "with both bugs, is exactly flipped at unit norm (cosine −1, error twice the gradient).",
+            "input norm", _log_values(-3, 3, 2), "row norm of every input", True,
+            "Every row of every input rescaled to the same norm. A correct formula stays at round-off at every "
+            "norm. A formula that drops a factor depending on the norm (a normalisation, say) is right only "
+            "where that factor is 1, and its error grows away from there.",
         ),
         SweepKind(
-            "noise scale", tuple(float(v) for v in np.linspace(0.0, 2.0, 11)), "σ of the Gaussian noise added to input 1", False,
-            "Noise moves input 1 off where it was drawn. A correct formula stays at round-off however large "
+            "noise scale", tuple(float(v) for v in np.linspace(0.0, 2.0, 11)), "σ of the Gaussian noise added to the first input", False,
+            "Noise moves the first input off where it was drawn. A correct formula stays at round-off however large "
             "the noise; a wrong one's error changes with the inputs but does not go away.",
         ),
         SweepKind(
-            "eps", _log_values(-12, 1), "eps (the norm clamp)", True,
-            "eps matters only for rows whose norm is below it: with rows drawn at norm ≈ √features, the error "
-            "is flat until eps passes the row norms, and then shows which formulas clamp the way PyTorch does. "
-            "Add near-zero rows in the sidebar (Perturbations) to see eps bite at small values too; they sit at a multiple "
-            "of eps, so they move with it.",
+            "eps", _log_values(-12, 1), "eps", True,
+            "eps matters only where it is comparable to the quantities it guards: the error is flat until eps reaches "
+            "them, and then shows which formulas treat it the way the reference does.",
         ),
         SweepKind(
-            "near-zero norm", _log_values(-1, 1, 4), "row norm of input 1, in units of eps", True,
-            "Every row of input 1 shrunk to a tiny norm around eps. Below 1 (norm < eps) PyTorch clamps the "
-            "norm in the forward; a formula that normalises differently shows a jump there. Read the relative "
-            "error: the gradients themselves are huge (≈ 1/norm).",
+            "near-zero norm", _log_values(-1, 1, 4), "row norm of the first input, in units of eps", True,
+            "Every row of the first input shrunk to a tiny norm around eps. Where the reference clamps at eps, a "
+            "formula that does otherwise shows a jump at 1. Read the relative error: the gradients themselves can be huge.",
         ),
         SweepKind(
-            "angle", tuple(float(v) for v in np.linspace(0.0, 180.0, 13)), "angle between input 2 and input 1 (degrees)", False,
-            "Input 2 turned to a given angle from input 1, row by row (0°: parallel, 180°: antiparallel). A sign error "
-            "shows as cosine −1 at every angle. Without the normalisation, the tutorial's projection term, "
-            "(x1·x2)·x1, swamps its gradient except near 90°, where x1·x2 = 0 and it is merely flipped. At 0° and "
-            "180° the true gradient vanishes (the similarity is at its extreme), so every formula's relative error "
-            "and cosine there are round-off.",
+            "angle", tuple(float(v) for v in np.linspace(0.0, 180.0, 13)), "angle between the second input and the first (degrees)", False,
+            "The second input turned to a given angle from the first, row by row (0°: parallel, 180°: antiparallel). "
+            "A sign error shows as cosine −1 at every angle; an error that depends on the inputs' alignment changes with it.",
         ),
         SweepKind(
             "dtype", tuple(DTYPES), "dtype of the inputs and the formula", False,
@@ -87,6 +80,21 @@ SWEEPS: dict[str, SweepKind] = {
         ),
     )
 }
+
+
+def sweeps_for(family) -> list[str]:
+    """The sweeps that act on ``family``: eps ones need an eps, the angle a second input."""
+    return [
+        kind for kind in SWEEPS
+        if (kind not in ("eps", "near-zero norm") or "eps" in family.params)
+        and (kind != "angle" or len(family.input_names) > 1)
+    ]
+
+
+def look_for(family, kind: str) -> str:
+    """What to look for in a sweep: the family's own words, or the sweep's neutral ones."""
+    return family.note(f"sweep:{kind}", SWEEPS[kind].look_for)
+
 
 METRICS: dict[str, str] = {  # name shown -> SweepResult field
     "max abs error": "max_abs",

@@ -10,7 +10,8 @@ from lib.landscape import GradientField
 from lib.trajectory import TrajectorySet
 
 
-def _number(value) -> float:
+def _finite_or_nan(value) -> float:
+    """A float for a CSV cell: NaN stands for any value that is not finite."""
     value = float(value)
     return value if math.isfinite(value) else math.nan
 
@@ -45,10 +46,10 @@ def trajectory_rows(trajectories: TrajectorySet) -> list[dict]:
             rows.append({
                 "formula": formula,
                 "step": step,
-                "loss": _number(run.loss[step]),
-                "cosine": _number(run.gradient_cosine[step]) if taken else math.nan,
-                "gradient norm": _number(run.gradient_norm[step]) if taken else math.nan,
-                "plane a": _number(run.plane_path[step, 0]),
-                "plane b": _number(run.plane_path[step, 1]),
+                "loss": _finite_or_nan(run.loss[step]),
+                "cosine": _finite_or_nan(run.gradient_cosine[step]) if taken else math.nan,
+                "gradient norm": _finite_or_nan(run.gradient_norm[step]) if taken else math.nan,
+                "plane a": _finite_or_nan(run.plane_path[step, 0]),
+                "plane b": _finite_or_nan(run.plane_path[step, 1]),
             })
     return rows

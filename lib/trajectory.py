@@ -27,6 +27,7 @@ OPTIMIZERS: dict[str, Callable[[list[Tensor], float], torch.optim.Optimizer]] = 
     "SGD + momentum": lambda params, lr: torch.optim.SGD(params, lr=lr, momentum=0.9),
     "Adam": lambda params, lr: torch.optim.Adam(params, lr=lr),
 }
+LEARNING_RATES = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0, 10.0)  # the pages' choices
 MAX_STEPS = 2000
 DIVERGENCE_GROWTH = 1e12  # a run whose input norm grows this much is called diverged and stopped
 

@@ -21,6 +21,7 @@ from lib.devices import available_devices
 from lib.errors import LabError
 from lib.landscape import GradientField, Plane, Surface, chunk_points, gradient_field, loss_surface, make_plane
 from lib.numerical import DEFAULT_BUDGET_BYTES
+from lib.tolerances import default_tolerances
 from lib.trajectory import TrajectorySet, trajectories
 
 
@@ -127,6 +128,15 @@ def device_difference(case: Case, formula: str, device: str) -> DeviceDifference
 
 def accelerators() -> list[str]:
     return [name for name, problem in available_devices().items() if name != "cpu" and problem is None]
+
+
+def wrong_inputs(case: Case) -> dict[str, tuple[str, ...]]:
+    """For each chosen formula, the inputs whose gradient is wrong at the case's point."""
+    from lib.compare import wrong_inputs as find
+
+    _require_input_memory(case)
+    return find(case.get_family(), _formulas(case), case.inputs(), case.param_values(),
+                default_tolerances(case.torch_dtype(), step=case.step, atol=case.atol, rtol=case.rtol))
 
 
 # ---- landscapes --------------------------------------------------------------------------------------

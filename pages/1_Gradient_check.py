@@ -62,8 +62,13 @@ with ui.guard("This page"):
     # ---- 2. element by element --------------------------------------------------------------------------
     if report is not None:
         st.subheader("Gradients and errors, element by element")
-        left, middle, right = st.columns(3)
+        left, scale_col, middle, right = st.columns(4)
         name = left.selectbox("Input", family.input_names, key="check_input", bind=ui.URL)
+        scale = scale_col.radio(
+            "Gradient colour scale", ["shared", "per panel"], key="check_scale", bind=ui.URL, horizontal=True,
+            help="Shared: equal colours mean equal values across the three maps, so a gradient 100× too large stands out. "
+                 "Per panel: each map gets its own range, so the true gradient's structure shows even beside a wrong one 100× larger.",
+        )  # fmt: skip
         pair = middle.selectbox("Error map", PAIRS, key="check_pair", bind=ui.URL, format_func=pair_name,
                                 help="Which two gradient sources to subtract: a − b.")
         relative = right.toggle("Relative error |a − b| / |b| (log colour)", False, key="check_relative", bind=ui.URL)
@@ -71,7 +76,7 @@ with ui.guard("This page"):
         drawn = drawable(comparison)
         if drawn.cut:
             st.info(drawn.describe(), icon=":material/content_cut:")
-        ui.chart(gradient_heatmaps(drawn.comparison), key="check_gradients")
+        ui.chart(gradient_heatmaps(drawn.comparison, scale=scale), key="check_gradients")
         if report.failure and "analytic" in pair:
             st.info(f"The formula raised, so there is no analytic gradient to compare. Choose {pair_name(('reference', 'numerical'))} "
                     "above to see how the finite differences agree with autograd.")

@@ -1,6 +1,7 @@
 """Gradient field: each formula's descent direction on a plane through the inputs, over the loss,
 and where on the plane each formula's gradient is wrong."""
 
+import numpy as np
 import streamlit as st
 
 from lib import ui, views
@@ -40,19 +41,29 @@ with ui.guard("This page"):
             figure.update_layout(height=760)
             figure.update_xaxes(constrain="domain")  # equal aspect in a wide column: no empty range beside the arrows
             ui.chart(figure, key="field_chart")
+            target = ("; the ★ is the target (where the loss pulls the moving input, projected on the plane)"
+                      if field.target is not None else "")
             st.caption(
                 "Each arrow is a formula's −gradient projected on the plane: the way one step of gradient descent moves the "
                 f"input ({names[index]}). Arrows all have the same length, so only directions show; lengths are in the hover. "
-                "The ✕ is the current point; the ★ is the target (where the loss pulls the moving input, projected on the plane). "
-                "A correct formula's arrows head down the loss towards the ★; the tutorial's point away from it."
+                f"The ✕ is the current point{target}. "
+                + case.get_family().note("field", "A correct formula's arrows head down the loss contours.")
             )
 
             if field.errors:
                 st.subheader("Where each formula's gradient is wrong")
-                st.caption("‖analytic − reference‖ over the whole input at every point of the plane, all maps on one log colour "
-                           "scale; ✕ marks the current point, blank cells are exactly 0.")
-                maps = list(error_field_figures(field).items())
-                per_row = min(3, len(maps))
+                st.caption(f"‖analytic − reference‖ over the whole of {names[index]} at every point of the plane, all maps on one "
+                           "log colour scale; ✕ marks the current point, blank cells are exactly 0.")
+                wrong = ui.compute(views.wrong_inputs, case, what="Checking which inputs' gradients are wrong…") or {}
+                exact = [f for f, e in field.errors.items() if not np.any(np.nan_to_num(e, nan=1.0) > 0)]
+                for formula in exact:  # an all-zero map draws as empty axes: say what it means instead
+                    others = [n for n in wrong.get(formula, ()) if n != names[index]]
+                    elsewhere = (f" Its bug is in the gradient with respect to {', '.join(others)}: choose that input to move, "
+                                 "or see Gradient check." if others else "")
+                    st.info(f"**{formula}**: its gradient with respect to {names[index]} equals the reference's everywhere on "
+                            f"this plane.{elsewhere}", icon=":material/check:")
+                maps = [(f, figure) for f, figure in error_field_figures(field).items() if f not in exact]
+                per_row = max(1, min(3, len(maps)))
                 for start in range(0, len(maps), per_row):
                     for column, (formula, figure) in zip(st.columns(per_row), maps[start : start + per_row]):
                         with column:

@@ -12,9 +12,8 @@ from lib.figures.landscape import (
     trajectory_pca_figure,
 )
 from lib.tables import grid_rows, trajectory_rows
-from lib.trajectory import OPTIMIZERS
+from lib.trajectory import LEARNING_RATES, OPTIMIZERS
 
-LEARNING_RATES = [1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0, 10.0]
 KINDS = ("2-D surface", "1-D slice")
 VIEWS = ("contours", "3-D")
 

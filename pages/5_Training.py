@@ -1,4 +1,4 @@
-"""Training: optimize input 1 towards input 2 with each formula's gradient, and see which formulas get there."""
+"""Training: the first input optimized down the family's loss with each formula's gradient, and which formulas get there."""
 
 import streamlit as st
 
@@ -6,16 +6,15 @@ from lib import ui, views
 from lib.figures.landscape import trajectory_curves_figure
 from lib.figures.training import training_summary
 from lib.tables import trajectory_rows
-from lib.trajectory import MAX_STEPS, OPTIMIZERS
+from lib.trajectory import LEARNING_RATES, MAX_STEPS, OPTIMIZERS
 
 BADGES = {"descends": "green", "climbs": "red", "stays": "gray", "raised": "orange", "diverged": "orange"}
-LEARNING_RATES = [1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0, 10.0]
 
 case = ui.page_setup(
     "pages/5_Training.py",
     "Training",
-    "Optimize input 1 towards input 2 with each formula: every formula starts from the same point and drives the same "
-    "optimizer with its own backward, while the loss and the true gradient come from the reference.",
+    "The first input optimized down the family's loss with each formula: every formula starts from the same point and "
+    "drives the same optimizer with its own backward, while the loss and the true gradient come from the reference.",
 )
 
 # whatever fails below is said in words on the page, never as a traceback
@@ -42,13 +41,18 @@ with ui.guard("This page"):
         }, column_order=["formula", "status", "start loss", "final loss", "loss change", "mean cosine to true gradient"])
         for row in summary:
             st.markdown(f":{BADGES[row['status']]}-badge[{row['status']}] **{row['formula']}**: {row['what happened'].rstrip('.')}.")
+        wrong = ui.compute(views.wrong_inputs, case, what="Checking which inputs' gradients are wrong…") or {}
+        for formula, inputs in wrong.items():
+            if inputs and moving not in inputs:  # only the first input moves: such a bug cannot show here
+                st.info(f"**{formula}**'s gradient with respect to {moving} is right, so it descends here like a correct "
+                        f"formula; its bug is in the gradient with respect to {', '.join(inputs)}, which this page does not "
+                        "move. See Gradient check.", icon=":material/info:")
         figure = trajectory_curves_figure(runs)
         figure.update_layout(height=460)
         ui.chart(figure, key="train_curves_chart")
         st.caption(
-            f"Loss: {family.description} When the loss is 1 − similarity, as for cosine similarity, the loss curve is the "
-            f"similarity between {moving} and the other input upside down (0: aligned, 1: orthogonal, 2: opposite), so no "
-            "separate similarity curve is drawn. The middle panel is the cosine between the gradient each formula followed "
+            f"Only {moving} moves; the other inputs stay where they are. Loss: {family.description} "
+            f"{family.note('training')} The middle panel is the cosine between the gradient each formula followed "
             "and the true one: −1 means it walks straight uphill."
         )
         ui.download("Download the trajectories (CSV)", trajectory_rows(runs), "training.csv", key="train_download")

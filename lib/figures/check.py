@@ -34,6 +34,9 @@ LEGEND_BELOW = {
 VERDICT_COLUMNS = ("formula", "verdict", "second order", "max |analytic − reference|", "max |analytic − numerical|", "cosine to reference",
                    "entries checked one by one", "evaluations")
 RELATIVE_FLOOR = 1e-17  # exact matches (relative error 0) are drawn here: below float64's eps
+# how the gradient panels share colours: one scale for all, or each its own ±max |value|
+SCALES = ("shared", "per panel")
+PER_PANEL_SPACING = 0.11  # room between panels for each panel's own colourbar and its tick labels
 
 
 # ---- shared helpers ------------------------------------------------------------------------------
@@ -66,17 +69,35 @@ def _grid(values: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray, str, s
     return grid, labels.reshape(grid.shape), x_title, y_title
 
 
-def _panels(title: str, panels: dict[str, tuple[np.ndarray, np.ndarray]], x_title: str, y_title: str, value: str) -> go.Figure:
-    """Heatmaps side by side on one symmetric diverging colour scale with a single colorbar.
-    ``panels``: panel title -> (2-D values, hover label per cell)."""
-    limit = _symmetric_limit(*(z for z, _ in panels.values()))
-    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=list(panels), shared_yaxes=True, horizontal_spacing=0.04)
+def _panels(title: str, panels: dict[str, tuple[np.ndarray, np.ndarray]], x_title: str, y_title: str, value: str,
+            scale: str = "shared") -> go.Figure:
+    """Heatmaps side by side on a symmetric diverging colour scale. ``panels``: panel title ->
+    (2-D values, hover label per cell).
+
+    ``scale="shared"``: one range (the largest finite |value| of all panels) and a single colorbar,
+    so equal colours mean equal values across panels. ``scale="per panel"``: each panel its own
+    range (its own largest finite |value|) and its own colorbar just right of it, so a panel whose
+    values are 100× smaller than its neighbour's still shows its structure."""
+    _check_scale(scale)
+    per_panel = scale == "per panel"
+    shared = _symmetric_limit(*(z for z, _ in panels.values()))
+    limits = {name: _symmetric_limit(z) if per_panel else shared for name, (z, _) in panels.items()}
+    titles = [f"{name} (colour ±{limits[name]:.3g})" if per_panel else name for name in panels]
+    spacing = PER_PANEL_SPACING if per_panel else 0.04
+    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=titles, shared_yaxes=True, horizontal_spacing=spacing)
     for col, (name, (z, text)) in enumerate(panels.items(), start=1):
+        limit = limits[name]
+        if per_panel:  # beside its own panel, in the gap before the next one; the subplot title names it
+            right = fig.get_subplot(1, col).xaxis.domain[1]
+            colorbar = {"x": right + 0.005, "xanchor": "left", "xpad": 4, "thickness": 12, "exponentformat": "power"}
+            hover = f"%{{text}}<br>{name}: %{{z:.6g}}<br>(this panel's colour scale: ±{limit:.3g})<extra></extra>"
+        else:
+            colorbar = {"title": {"text": value}, "exponentformat": "power"}
+            hover = f"%{{text}}<br>{name}: %{{z:.6g}}<extra></extra>"
         fig.add_trace(
             go.Heatmap(
                 z=z, text=text, name=name, zmin=-limit, zmax=limit, colorscale=DIVERGING,
-                showscale=col == len(panels), colorbar={"title": {"text": value}, "exponentformat": "power"}, hoverongaps=False,
-                hovertemplate=f"%{{text}}<br>{name}: %{{z:.6g}}<extra></extra>",
+                showscale=per_panel or col == len(panels), colorbar=colorbar, hoverongaps=False, hovertemplate=hover,
             ),
             row=1, col=col,
         )  # fmt: skip
@@ -87,6 +108,22 @@ def _panels(title: str, panels: dict[str, tuple[np.ndarray, np.ndarray]], x_titl
     return fig
 
 
+def _check_scale(scale: str) -> None:
+    if scale not in SCALES:
+        raise ValueError(f"Colour scale must be one of {', '.join(map(repr, SCALES))}, not {scale!r}.")
+
+
+def _scale_note(fig: go.Figure, scale: str) -> go.Figure:
+    """Say under the title which colour scale the panels use, with room above the subplot titles."""
+    if scale == "shared":
+        limit = fig.data[0].zmax
+        note = f"Colour scale: shared, d loss / d input ±{limit:.3g} in every panel, so equal colours mean equal values."
+    else:
+        note = "Colour scale: per panel, each ±its own largest |d loss / d input| (in its title): compare patterns, not colours, across panels."
+    fig.update_layout(title={"subtitle": {"text": note}}, margin={"t": 110})
+    return fig
+
+
 def _blank_note(count: int) -> str:
     return f" · {count} NaN/Inf cells left blank" if count else ""
 
@@ -94,14 +131,19 @@ def _blank_note(count: int) -> str:
 # ---- gradients and errors ------------------------------------------------------------------------
 
 
-def gradient_heatmaps(comparison: InputComparison, sources: Sequence[str] = SOURCES) -> go.Figure:
-    """The gradients of one input from each of ``sources``, side by side on one colour scale."""
+def gradient_heatmaps(comparison: InputComparison, sources: Sequence[str] = SOURCES, scale: str = "shared") -> go.Figure:
+    """The gradients of one input from each of ``sources``, side by side. ``scale`` (one of
+    ``SCALES``): "shared" draws every panel on one colour scale, so a gradient 100× too large shows
+    as the only coloured panel; "per panel" gives each panel its own range and colorbar, so the
+    smaller gradients' structure shows too."""
+    _check_scale(scale)
     grids = {s: _grid(comparison.gradients[s], comparison.name) for s in sources}
     _, _, x_title, y_title = next(iter(grids.values()))
     blank = sum(int(np.isnan(z).sum()) for z, *_ in grids.values())
     shape = tuple(comparison.gradients[sources[0]].shape)
     title = f"Gradient of the loss w.r.t. {comparison.name} {shape}, by source{_blank_note(blank)}"
-    return _panels(title, {s: (z, text) for s, (z, text, *_) in grids.items()}, x_title, y_title, "d loss / d input")
+    fig = _panels(title, {s: (z, text) for s, (z, text, *_) in grids.items()}, x_title, y_title, "d loss / d input", scale)
+    return _scale_note(fig, scale)
 
 
 def error_heatmap(comparison: InputComparison, pair: Pair = DEFAULT_PAIR, relative: bool = False) -> go.Figure:
@@ -310,7 +352,8 @@ def verdict_rows(reports: list[GradientReport]) -> list[dict]:
     ]
 
 
-def _number(value: float, spec: str) -> str:
+def _table_cell(value: float, spec: str) -> str:
+    """A table cell: the value formatted, or a dash where there is none (not finite)."""
     return format(value, spec) if math.isfinite(value) else "—"
 
 
@@ -318,7 +361,7 @@ def verdict_table(reports: list[GradientReport]) -> go.Figure:
     """Each formula's verdict and headline numbers, one row per report, coloured by pass/fail."""
     rows = verdict_rows(reports)
     specs = dict(zip(VERDICT_COLUMNS[3:6], (".3g", ".3g", ".3f")))
-    columns = [[_number(row[k], specs[k]) if k in specs else str(row[k]) for row in rows] for k in VERDICT_COLUMNS]
+    columns = [[_table_cell(row[k], specs[k]) if k in specs else str(row[k]) for row in rows] for k in VERDICT_COLUMNS]
     fills = [STATUS_FILL.get(row["verdict"], "white") for row in rows]
     passed = sum(row["verdict"] == "pass" for row in rows)
     family = f"{reports[0].family}, {reports[0].dtype}: " if reports else ""

@@ -399,5 +399,27 @@ FAMILY = register(
         gradient_latex=r"\frac{\partial y}{\partial x_1} = \frac{x_2}{c_1 c_2} - \frac{y\,x_1}{c_1\,\lVert x_1\rVert}",
         target=cosine_target,
         specimen=_annotated_specimen(),
+        broadcast=True,
+        notes={
+            "training": "x1 is pulled towards x2's direction. The loss is 1 − similarity, so its curve is the "
+            "similarity between x1 and x2 upside down (0: aligned, 1: orthogonal, 2: opposite).",
+            "field": "A correct formula's arrows head down the loss towards the ★ (x2's direction); the tutorial's point away from it.",
+            "sweep:input norm": "Every row of both inputs rescaled to the same norm. A formula that forgot the 1/(‖x1‖‖x2‖) "
+            "normalisation is right only at unit norm: there its error dips to ~0 and grows away from it on both sides. "
+            "A formula with only a flipped sign has cosine −1 everywhere; the tutorial, with both bugs, is exactly "
+            "flipped at unit norm (cosine −1, error twice the gradient).",
+            "sweep:eps": "eps matters only for rows whose norm is below it: with rows drawn at norm ≈ √features, the error "
+            "is flat until eps passes the row norms, and then shows which formulas clamp the way PyTorch does. Add "
+            "near-zero rows in the sidebar (Perturbations) to see eps bite at small values too; they sit at a multiple "
+            "of eps, so they move with it.",
+            "sweep:near-zero norm": "Every row of x1 shrunk to a tiny norm around eps. Below 1 (norm < eps) PyTorch clamps "
+            "the norm in the forward; a formula that normalises differently shows a jump there. Read the relative "
+            "error: the gradients themselves are huge (≈ 1/norm).",
+            "sweep:angle": "x2 turned to a given angle from x1, row by row (0°: parallel, 180°: antiparallel). A sign error "
+            "shows as cosine −1 at every angle. Without the normalisation, the tutorial's projection term, "
+            "(x1·x2)·x1, swamps its gradient except near 90°, where x1·x2 = 0 and it is merely flipped. At 0° and "
+            "180° the true gradient vanishes (the similarity is at its extreme), so every formula's relative error "
+            "and cosine there are round-off.",
+        },
     )
 )

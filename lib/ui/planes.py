@@ -14,7 +14,7 @@ from lib.ui.sidebar import URL
 PLANE_SPANS = [0.25, 0.5, 1.0, 2.0, 4.0]
 PLANE_HELP = ("random: two Gaussian directions scaled to each row's norm · gradient: the descent direction and one "
               "orthogonal to it · coordinates: two chosen elements of the input · input plane: the actual plane of one "
-              "row (needs feature size 2)")
+              "row (needs a last dim of size 2)")
 
 
 def plane_controls(prefix: str, case: Case, sizes: Sequence[int], columns: Sequence) -> tuple[views.PlaneSpec, float]:
@@ -41,5 +41,7 @@ def plane_controls(prefix: str, case: Case, sizes: Sequence[int], columns: Seque
     span = span_col.select_slider("View half-width (±)", PLANE_SPANS, value=1.0, key=f"{prefix}_span", bind=URL, format_func=lambda v: f"{v:g}",
                                   help="How far the view reaches from the current point, in the plane's own units.")
     if mode == "input plane" and case.shape[-1] != 2:
-        st.caption(f"The input plane needs feature size 2 (this case has {case.shape[-1]}): set Features to 2 in the sidebar, or pick another plane.")
+        last = "Extra dim" if len(case.shape) == 3 else "Features"  # the sidebar control that sets the last dim
+        st.caption(f"The input plane spans the last dim, which needs size 2 (this case's shape is {case.shape}): "
+                   f"set {last} to 2 in the sidebar, or pick another plane.")
     return views.PlaneSpec(mode=mode, index=int(index), seed=seed, coordinates=coordinates, row=row), span

@@ -163,7 +163,8 @@ def sidebar_case() -> Case:
         options = list(range(-len(shape), len(shape)))
         default = int(family.params["dim"]) if int(family.params["dim"]) in options else options[-1]
         params["dim"] = st.selectbox("dim (reduced over)", options, index=options.index(default), key="dim", bind=URL)
-    broadcast = st.checkbox("Broadcast input 2 (size 1 off dim)", False, key="broadcast", bind=URL) if len(family.input_names) > 1 else False
+    broadcast = (st.checkbox(f"Broadcast {family.input_names[1]} (size 1 off dim)", False, key="broadcast", bind=URL)
+                 if family.broadcast and len(family.input_names) > 1 else False)
 
     st.subheader("Numbers")
     dtype = st.selectbox("dtype", list(DTYPES), key="dtype", bind=URL, help="float64 for checking correctness; lower precisions are perturbations to look at.")
@@ -187,20 +188,7 @@ def sidebar_case() -> Case:
                             format_func=lambda v: "auto (by dtype)" if v == "auto" else f"{v:.0e}")
 
     with st.expander("Perturbations", expanded=False):
-        perturbation = Perturbation(
-            noise1=st.slider("Noise on input 1 (σ)", 0.0, 2.0, 0.0, 0.01, key="noise1", bind=URL),
-            noise2=st.slider("Noise on input 2 (σ)", 0.0, 2.0, 0.0, 0.01, key="noise2", bind=URL) if len(family.input_names) > 1 else 0.0,
-            norm1=st.select_slider("Row norm of input 1", [0.0] + _log_choices(-6, 4), value=0.0, key="norm1", bind=URL,
-                                   format_func=lambda v: "as drawn" if v == 0 else f"{v:g}", help="1 = unit norm: where the sign-fixed tutorial is right."),
-            norm2=st.select_slider("Row norm of input 2", [0.0] + _log_choices(-6, 4), value=0.0, key="norm2", bind=URL,
-                                   format_func=lambda v: "as drawn" if v == 0 else f"{v:g}") if len(family.input_names) > 1 else 0.0,
-            near_zero_rows=st.number_input("Rows of input 1 near zero", 0, MAX_ROWS, 0, key="near_zero", bind=URL),
-            near_zero_factor=st.select_slider("… at norm (× eps)", [0.1, 0.5, 1.0, 2.0, 10.0], value=1.0, key="near_zero_factor", bind=URL),
-            align=st.selectbox("Input 2 along input 1", ALIGNMENTS, key="align", bind=URL) if len(family.input_names) > 1 else "none",
-            align_angle=st.slider("… within (degrees)", 0.0, 90.0, 1.0, 0.5, key="align_angle", bind=URL),
-            inject=st.selectbox("Inject into input 1", INJECTIONS, key="inject", bind=URL),
-            inject_count=st.number_input("… at how many elements", 1, 1000, 1, key="inject_count", bind=URL),
-        )
+        perturbation = perturbation_controls(family)
     return Case(
         family=family.name, formulas=tuple(formulas), shape=shape, dtype=dtype, device=device, seed=int(seed),
         broadcast=bool(broadcast), params=tuple(sorted(params.items())), step=None if step == "auto" else float(step),
@@ -208,3 +196,24 @@ def sidebar_case() -> Case:
     )
 
 
+
+
+def perturbation_controls(family: Family) -> Perturbation:
+    """The perturbations that act on ``family``, its inputs named as it names them: the second
+    input's only with two inputs, near-zero rows only with an eps (they sit at a multiple of it)."""
+    first, second = family.input_names[0], (family.input_names[1] if len(family.input_names) > 1 else None)
+    norms = [0.0] + _log_choices(-6, 4)
+    as_drawn = lambda v: "as drawn" if v == 0 else f"{v:g}"  # noqa: E731
+    has_eps = "eps" in family.params
+    return Perturbation(
+        noise1=st.slider(f"Noise on {first} (σ)", 0.0, 2.0, 0.0, 0.01, key="noise1", bind=URL),
+        noise2=st.slider(f"Noise on {second} (σ)", 0.0, 2.0, 0.0, 0.01, key="noise2", bind=URL) if second else 0.0,
+        norm1=st.select_slider(f"Row norm of {first}", norms, value=0.0, key="norm1", bind=URL, format_func=as_drawn, help="1 = unit norm."),
+        norm2=st.select_slider(f"Row norm of {second}", norms, value=0.0, key="norm2", bind=URL, format_func=as_drawn) if second else 0.0,
+        near_zero_rows=st.number_input(f"Rows of {first} near zero", 0, MAX_ROWS, 0, key="near_zero", bind=URL) if has_eps else 0,
+        near_zero_factor=st.select_slider("… at norm (× eps)", [0.1, 0.5, 1.0, 2.0, 10.0], value=1.0, key="near_zero_factor", bind=URL) if has_eps else 1.0,
+        align=st.selectbox(f"{second} along {first}", ALIGNMENTS, key="align", bind=URL) if second else "none",
+        align_angle=st.slider("… within (degrees)", 0.0, 90.0, 1.0, 0.5, key="align_angle", bind=URL) if second else 1.0,
+        inject=st.selectbox(f"Inject into {first}", INJECTIONS, key="inject", bind=URL),
+        inject_count=st.number_input("… at how many elements", 1, 1000, 1, key="inject_count", bind=URL),
+    )

@@ -71,6 +71,54 @@ def test_gradient_heatmaps_share_one_symmetric_scale(tutorial):
     assert "x1" in title(fig)
 
 
+def test_gradient_heatmaps_say_the_shared_scale_under_the_title(tutorial):
+    fig = gradient_heatmaps(tutorial.input("x1"), scale="shared")
+    maps = heatmaps(fig)
+    assert len({(t.zmin, t.zmax) for t in maps}) == 1 and sum(bool(t.showscale) for t in maps) == 1
+    assert fig.layout.title.subtitle.text.startswith(f"Colour scale: shared, d loss / d input ±{maps[0].zmax:.3g}")
+    assert [a.text for a in fig.layout.annotations] == list(SOURCES)
+
+
+def test_gradient_heatmaps_per_panel_give_each_panel_its_own_range_and_colorbar(tutorial):
+    c = tutorial.input("x1")
+    fig = gradient_heatmaps(c, scale="per panel")
+    maps = heatmaps(fig)
+    assert [t.name for t in maps] == list(SOURCES)
+    for t, source in zip(maps, SOURCES):
+        limit = np.abs(c.gradients[source]).max()
+        assert t.zmin == pytest.approx(-limit) and t.zmax == pytest.approx(limit)
+        np.testing.assert_array_equal(np.asarray(t.z), c.gradients[source])
+        assert f"±{limit:.3g}" in t.hovertemplate and "%{text}" in t.hovertemplate
+    # the tutorial's analytic gradient is far larger than the true one: the ranges differ
+    assert maps[0].zmax > 10 * maps[1].zmax
+    assert len({t.zmax for t in maps}) == 3
+    # three colorbars, each just right of its own panel and left of the next one: no overlap
+    assert all(t.showscale for t in maps)
+    domains = [fig.get_subplot(1, col).xaxis.domain for col in (1, 2, 3)]
+    bars = [t.colorbar.x for t in maps]
+    assert bars == sorted(bars) and len(set(bars)) == 3
+    for col, (bar, (_, right)) in enumerate(zip(bars, domains)):
+        assert right <= bar < (domains[col + 1][0] if col + 1 < len(domains) else right + 0.05)
+        assert maps[col].colorbar.xanchor == "left"
+    titles = [a.text for a in fig.layout.annotations]
+    assert [t.split(" ")[0] for t in titles] == list(SOURCES) and f"±{maps[0].zmax:.3g}" in titles[0]
+    assert "per panel" in fig.layout.title.subtitle.text and "x1" in title(fig)
+
+
+def test_gradient_heatmaps_per_panel_ignore_non_finite_values():
+    x1, x2 = COSINE.build_inputs((4, 5))
+    x1[2, 3] = math.nan
+    c = compare_gradients(COSINE, "corrected", (x1, x2)).input("x1")
+    for t, source in zip(heatmaps(gradient_heatmaps(c, scale="per panel")), SOURCES):
+        g = c.gradients[source]
+        assert np.isnan(g).any() and t.zmax == pytest.approx(np.abs(g[np.isfinite(g)]).max())
+
+
+def test_gradient_heatmaps_refuse_an_unknown_scale(tutorial):
+    with pytest.raises(ValueError, match=r"Colour scale must be one of 'shared', 'per panel', not 'log'"):
+        gradient_heatmaps(tutorial.input("x1"), scale="log")
+
+
 def test_gradient_heatmaps_flatten_nd_inputs_and_keep_their_indices(cube):
     c = cube.input("x2")
     fig = gradient_heatmaps(c, sources=("analytic", "reference"))

@@ -135,3 +135,13 @@ def test_the_upstream_control_redraws_the_maps():
     assert any("random (seeded) upstream gradient" in c.value for c in at.caption)
     assert at.get("plotly_chart")[0].proto.spec != before  # a different product is drawn
     assert boxes(at, "success")[0].startswith("**corrected**, first order, passes")
+
+
+def test_the_colour_scale_can_be_per_panel_so_the_true_gradient_shows():
+    at = app(PAGE)  # the tutorial: its gradient is far larger than the true one
+    assert at.radio(key="check_scale").value == "shared"
+    at.radio(key="check_scale").set_value("per panel").run()
+    assert not at.exception
+    first = json.loads(at.get("plotly_chart")[0].proto.spec)
+    panel_titles = [a["text"] for a in first["layout"].get("annotations", [])]
+    assert any("reference (colour ±" in t for t in panel_titles), panel_titles

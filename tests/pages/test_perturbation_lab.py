@@ -2,7 +2,8 @@
 
 import pytest
 
-from lib.sweeps import METRICS, SWEEPS
+from lib.family import get_family
+from lib.sweeps import METRICS, SWEEPS, look_for, sweeps_for
 from tests.pages.conftest import app, messages
 
 PAGE = "pages/4_Perturbation_lab.py"
@@ -27,7 +28,7 @@ def test_deep_link_opens_the_eps_sweep_on_the_relative_error():
     assert not at.exception and not messages(at)
     assert at.selectbox(key="lab_kind").value == "eps" and at.selectbox(key="lab_metric").value == "max relative error"
     assert at.number_input(key="rows").value == 4
-    assert len(charts(at)) == 1 and any(SWEEPS["eps"].look_for[:30] in c.value for c in at.caption)
+    assert len(charts(at)) == 1 and any(look_for(get_family("cosine"), "eps")[:30] in c.value for c in at.caption)
 
 
 @pytest.mark.parametrize("kind", [k for k in SWEEPS if k != "input norm"])
@@ -35,7 +36,7 @@ def test_each_perturbation_kind_reruns_cleanly(kind):
     at = app(PAGE)
     at.selectbox(key="lab_kind").set_value(kind).run()
     assert not at.exception and not messages(at)
-    assert len(charts(at)) == 1 and any(SWEEPS[kind].look_for[:30] in c.value for c in at.caption)
+    assert len(charts(at)) == 1 and any(look_for(get_family("cosine"), kind)[:30] in c.value for c in at.caption)
 
 
 @pytest.mark.parametrize("metric", [m for m in METRICS if m != "max abs error"])
@@ -64,3 +65,12 @@ def test_a_formula_that_raises_is_a_warning_and_the_others_are_drawn():
     at = app(PAGE, depth="3")
     assert not at.exception and len(charts(at)) == 1
     assert any("tutorial" in w.value and "raised" in w.value and "RuntimeError" in w.value for w in at.warning)
+
+
+def test_only_the_sweeps_that_act_on_the_family_are_offered():
+    assert sweeps_for(get_family("cosine")) == list(SWEEPS)
+    assert sweeps_for(get_family("gelu")) == ["input norm", "noise scale", "dtype"]  # no eps, one input
+    at = app(PAGE, family="gelu", rows="3", features="4")
+    assert at.selectbox(key="lab_kind").options == ["input norm", "noise scale", "dtype"]
+    caption = next(c.value for c in at.caption if "What to look for" in c.value)
+    assert caption.endswith(SWEEPS["input norm"].look_for) and "‖x1‖" not in caption
