@@ -148,7 +148,7 @@ with ui.guard("This page"):
     st.subheader("Reproduce in Python")
     with ui.guard("Writing the script"):
         snippet = python_snippet(case, formula)
-        st.caption("The same check as a standalone script: it rebuilds this case's inputs with the app's lib, then uses plain "
-                   "torch. Run it with the app's python from any directory.")
+        st.caption("The same check as a standalone script: this case's inputs and upstream gradient are embedded in it, and "
+                   "the formula is imported from the module that defines it; it needs nothing but torch and that module.")
         st.code(snippet, language="python", height=480)
         ui.download("Download the script (.py)", snippet, file_name(case, formula), key="check_download_script")

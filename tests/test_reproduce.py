@@ -1,26 +1,66 @@
-"""The reproduction script runs on its own, from anywhere, and prints the engine's numbers."""
+"""The reproduction script runs with nothing but torch and the formula's module, from anywhere, and
+prints the engine's numbers."""
 
+import importlib.util
 import os
 import re
+import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
+import torch
 
+from lib import plugins
 from lib.case import Case
 from lib.compare import compare_case
 from lib.errors import LabError
+from lib.family import _REGISTRY, declare, families
 from lib.perturb import Perturbation
 from lib.reproduce import REPOSITORY, case_source, file_name, python_snippet
 
-AR = ("analytic", "reference")
+EXAMPLE = REPOSITORY / "examples" / "my_functions.py"
+FIXTURE = REPOSITORY / "tests" / "fixtures" / "plain_functions.py"
+AR, AN = ("analytic", "reference"), ("analytic", "numerical")
 PERTURBED = Case(dtype="float32", seed=3, perturbation=Perturbation(noise1=0.3, norm2=2.0, align="parallel", align_angle=5.0))
-CASES = {
+SWISH = Case(family="swish", formulas=("swish", "forgot chain rule"), shape=(4, 6), dtype="float32", seed=1)
+CUBE = Case(family="plain cube", formulas=("right", "scale forgotten"), shape=(3, 5), params=(("scale", 2.0),))
+BUILTIN = {
     "tutorial": (Case(), "tutorial"),
     "perturbed float32": (PERTURBED, "tutorial"),
     "corrected": (Case(shape=(4, 6)), "corrected"),
     "raising": (Case(shape=(2, 3, 4)), "tutorial"),  # the tutorial's backward fails on 3-D inputs
+    "cuda": (Case(shape=(4, 6), device="cuda"), "corrected"),  # on the CPU where there is no CUDA
 }
+USERS = {  # users' families: their reference is a lambda (swish) or importable (the plain cube)
+    "swish": (SWISH, "swish"),
+    "swish wrong": (SWISH, "forgot chain rule"),
+    "cube": (CUBE, "right"),
+    "cube wrong": (CUBE, "scale forgotten"),
+}
+CASES = {**BUILTIN, **USERS}
+
+
+@pytest.fixture(scope="module")
+def users(tmp_path_factory):
+    """The shipped example loaded from its path as the app does, and the plain cube declared from
+    a copy of its module outside the repository, under a file name that is not a Python name;
+    families declared here do not outlive this module's tests."""
+    before = dict(families())
+    assert plugins.load(str(EXAMPLE)).families == ("swish",)
+    copy = tmp_path_factory.mktemp("user") / "plain-functions.py"
+    shutil.copy(FIXTURE, copy)
+    spec = importlib.util.spec_from_file_location("gradient_lab_user_plain_functions_test", copy)  # as lib.plugins names it
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    declare("plain cube", {"right": module.Cube, "scale forgotten": module.CubeScaleForgotten}, correct=("right",),
+            reference=module.cube_reference, params={"scale": 1.0})
+    yield copy
+    _REGISTRY.clear()
+    _REGISTRY.update(before)
+    sys.modules.pop(spec.name, None)
 
 
 @pytest.mark.parametrize("case", [Case(), PERTURBED, Case(shape=(2, 3, 4), params=(("dim", 2), ("eps", 1e-3)), step=1e-4, broadcast=True)])
@@ -32,30 +72,67 @@ def test_the_case_is_valid_python(case):
     assert "noise1=0.3" in case_source(PERTURBED) and "noise2" not in case_source(PERTURBED)  # active fields only
 
 
-def test_the_script_names_its_repository_and_compiles():
+def imports(snippet: str) -> list[str]:
+    return [line.split("  #")[0] for line in snippet.splitlines() if re.match(r"(import |from \S+ import |\w+ = importlib)", line)]
+
+
+def test_a_builtin_familys_script_imports_only_torch_and_the_formulas_module():
     snippet = python_snippet(PERTURBED, "sign+norm-fixed")
     compile(snippet, "snippet.py", "exec")
-    assert repr(str(REPOSITORY)) in snippet and (REPOSITORY / "lib" / "reproduce.py").exists()
-    assert "torch.autograd.gradcheck(" in snippet and "fast_mode=True" in snippet and "raise_exception=False" in snippet
+    assert imports(snippet) == ["import base64", "import io", "import sys", "import zlib", "import torch",
+                                "from lib.functions.cosine import SignAndNormFixedFunction",
+                                "from lib.functions.cosine import cosine_reference"]
+    assert f"MODULE_DIR = {str(REPOSITORY)!r}" in snippet and "LAB_DIR" not in snippet
+    assert "formula = 'sign+norm-fixed'" in snippet and "params = {'dim': 1, 'eps': 1e-08}" in snippet
+    assert "torch.autograd.gradcheck(" in snippet and "fast_mode=False" in snippet and "raise_exception=False" in snippet
     assert file_name(PERTURBED, "sign+norm-fixed") == "check_cosine_sign_norm_fixed.py"
 
 
-def test_an_unknown_formula_is_said_in_words():
+def test_a_users_script_imports_the_users_module_by_its_file_name(users):
+    swish = python_snippet(SWISH, "swish")
+    compile(swish, "swish.py", "exec")
+    assert "from my_functions import Swish" in imports(swish)  # not the name lib.plugins loaded it under
+    assert f"MODULE_DIR = {str(EXAMPLE.parent)!r}" in swish
+    assert f"LAB_DIR = {str(REPOSITORY)!r}" in swish  # my_functions imports lib.family.declare
+    assert "reference_function" not in swish and "central differences" in swish  # its reference is a lambda
+    cube = python_snippet(CUBE, "right")
+    assert imports(cube)[-3:] == ["import importlib", "Cube = importlib.import_module('plain-functions').Cube",
+                                  "cube_reference = importlib.import_module('plain-functions').cube_reference"]
+    assert f"MODULE_DIR = {str(users.parent)!r}" in cube and "LAB_DIR" not in cube  # it needs nothing of lib
+    assert "params = {'scale': 2.0}" in cube
+
+
+def test_an_unknown_or_unimportable_formula_is_said_in_words():
     with pytest.raises(LabError, match="no formula 'nope'"):
         python_snippet(Case(), "nope")
+    before = dict(_REGISTRY)
+    try:
+        declare("lambda only", {"double": lambda x: 2 * x})
+        with pytest.raises(LabError, match="cannot be imported by name"):
+            python_snippet(Case(family="lambda only", formulas=("double",)), "double")
+    finally:
+        _REGISTRY.clear()
+        _REGISTRY.update(before)
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """Every script written to its own folder and run at once, from yet another folder, with no
-    PYTHONPATH: (case, formula, completed process) by name."""
+def runs(tmp_path_factory, users):
+    """Every script written to its own folder and run at once, from yet another folder: a built-in
+    family's with only the repository on PYTHONPATH and its recorded MODULE_DIR made useless (the
+    module is found where Python finds it), a user's with no PYTHONPATH at all (the script's own
+    MODULE_DIR and LAB_DIR). (case, formula, completed process) by name."""
     elsewhere = tmp_path_factory.mktemp("elsewhere")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     started = {}
     for name, (case, formula) in CASES.items():
+        snippet = python_snippet(case, formula)
+        script_env = env
+        if name in BUILTIN:
+            snippet = snippet.replace(f"MODULE_DIR = {str(REPOSITORY)!r}", "MODULE_DIR = '/nonexistent/gradient-lab'")
+            script_env = {**env, "PYTHONPATH": str(REPOSITORY)}
         script = tmp_path_factory.mktemp("script") / file_name(case, formula)
-        script.write_text(python_snippet(case, formula))
-        started[name] = subprocess.Popen([sys.executable, str(script)], cwd=elsewhere, env=env, text=True,
+        script.write_text(snippet)
+        started[name] = subprocess.Popen([sys.executable, str(script)], cwd=elsewhere, env=script_env, text=True,
                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     results = {}
     for name, process in started.items():
@@ -70,25 +147,47 @@ def printed(out: str, label: str) -> str:
     return match.group(1)
 
 
-@pytest.mark.parametrize("name", ["tutorial", "perturbed float32", "corrected"])
+@pytest.mark.parametrize("name", ["tutorial", "perturbed float32", "corrected", "cuda", "cube", "cube wrong"])
 def test_the_script_prints_the_engines_numbers(runs, name):
     case, formula, run = runs[name]
     assert run.returncode == 0, run.stderr
-    report = compare_case(case, formula)
+    report = compare_case(case if name != "cuda" or torch.cuda.is_available() else Case(shape=(4, 6)), formula)
     for c in report.inputs:
         assert float(printed(run.stdout, f"{c.name}: max |analytic - reference|")) == pytest.approx(c.errors[AR].max_abs, rel=1e-9)
     assert float(printed(run.stdout, "cosine(analytic, reference)")) == pytest.approx(report.cosine, rel=1e-9, abs=1e-12)
-    assert float(printed(run.stdout, "loss (reference forward)")) == pytest.approx(report.loss, rel=1e-12)
+    assert float(printed(run.stdout, "max |formula output - reference output|")) == pytest.approx(report.forward_max_error, rel=1e-9)
     assert f"torch.{case.dtype}" in run.stdout  # the inputs in the case's dtype
     # gradcheck in float64 agrees with the engine's verdict on these cases
-    assert printed(run.stdout, "gradcheck (float64, fast_mode=True)") == str(report.verdict.passed)
+    assert printed(run.stdout, "gradcheck (float64, fast_mode=False)") == str(report.verdict.passed)
+
+
+@pytest.mark.parametrize("name", ["swish", "swish wrong"])
+def test_without_an_importable_reference_the_script_compares_with_the_engines_finite_differences(runs, name):
+    case, formula, run = runs[name]
+    assert run.returncode == 0, run.stderr
+    report = compare_case(case, formula)
+    (c,) = report.inputs
+    assert float(printed(run.stdout, "x: max |analytic - numerical|")) == pytest.approx(c.errors[AN].max_abs, rel=1e-9)
+    a, n = c.gradients["analytic"].ravel(), c.gradients["numerical"].ravel()
+    cosine = a @ n / (np.linalg.norm(a) * np.linalg.norm(n))
+    assert float(printed(run.stdout, "cosine(analytic, numerical)")) == pytest.approx(cosine, rel=1e-9)
+    assert "x: shape (4, 6), torch.float32, cpu" in run.stdout
+    assert printed(run.stdout, "gradcheck (float64, fast_mode=False)") == str(report.verdict.passed) == str(formula == "swish")
 
 
 def test_the_tutorial_is_flipped_and_the_corrected_formula_is_exact(runs):
     assert float(printed(runs["tutorial"][2].stdout, "cosine(analytic, reference)")) < 0
     corrected = runs["corrected"][2].stdout
     assert float(printed(corrected, "cosine(analytic, reference)")) == pytest.approx(1.0, abs=1e-12)
-    assert printed(corrected, "gradcheck (float64, fast_mode=True)") == "True"
+    assert printed(corrected, "gradcheck (float64, fast_mode=False)") == "True"
+
+
+def test_an_unusable_device_is_said_and_the_check_runs_on_the_cpu(runs):
+    run = runs["cuda"][2]
+    assert ("device 'cuda' is not available here" in run.stdout) == (not torch.cuda.is_available())
+    assert "x1: shape (4, 6), torch.float64, " + ("cuda:0" if torch.cuda.is_available() else "cpu") in run.stdout
+    snippet = python_snippet(Case(shape=(4, 6), device="cuda"), "corrected")
+    assert "DEVICE = 'cuda'" in snippet and "device='cuda'," in snippet
 
 
 def test_a_backward_that_raises_stops_the_script_with_the_same_error(runs):
