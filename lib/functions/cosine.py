@@ -163,13 +163,16 @@ SignAndNormFixedFunction = _tutorial_variant(
 
 
 def _aligned(x1: Tensor, x2: Tensor, dim: int) -> tuple[Tensor, Tensor, int]:
-    """x1 and x2 with the same number of dims and the same size along ``dim`` (views, no copies),
-    and ``dim`` made non-negative, as ``F.cosine_similarity`` reads them. Other dims are left to
-    broadcast in the arithmetic, so each norm is taken over its own input only."""
-    ndim = max(x1.dim(), x2.dim())
-    if not -ndim <= dim < max(ndim, 1):
+    """x1 and x2 in their common dtype (PyTorch's promotion), with the same number of dims (at
+    least one: a 0-d input is a vector of one element) and the same size along ``dim`` (views,
+    no copies), and ``dim`` made non-negative, as ``F.cosine_similarity`` reads them. Other dims
+    are left to broadcast in the arithmetic, so each norm is taken over its own input only."""
+    dtype = torch.result_type(x1, x2)
+    x1, x2 = x1.to(dtype), x2.to(dtype)
+    ndim = max(x1.dim(), x2.dim(), 1)
+    if not -ndim <= dim < ndim:
         raise IndexError(f"Dimension out of range (expected to be in range of [{-ndim}, {ndim - 1}], but got {dim})")
-    d = dim % max(ndim, 1)
+    d = dim % ndim
     x1 = x1.reshape((1,) * (ndim - x1.dim()) + tuple(x1.shape))
     x2 = x2.reshape((1,) * (ndim - x2.dim()) + tuple(x2.shape))
     # PyTorch broadcasts the reduced dim too: a size-1 side is repeated along it
@@ -178,38 +181,98 @@ def _aligned(x1: Tensor, x2: Tensor, dim: int) -> tuple[Tensor, Tensor, int]:
     return along(x1), along(x2), d
 
 
-def _norms(x: Tensor, dim: int, eps: float) -> tuple[Tensor, Tensor]:
-    """‖x‖ along dim (kept), and the same clamped below by eps."""
-    norm = torch.linalg.vector_norm(x, dim=dim, keepdim=True)
-    return norm, norm.clamp_min(eps)
+def _transformed() -> bool:
+    """Whether a torch.func transform (vmap, grad, ...) is running: then no branch may depend
+    on values, so the always-safe path is taken."""
+    return torch._C._functorch.peek_interpreter_stack() is not None
+
+
+def _norm(x: Tensor, dim: int) -> Tensor:
+    """‖x‖ along dim (kept), without overflow: where the squares overflow (float32 rows of norm
+    1e20, say) the row is scaled by its largest element first. PyTorch's own norm gives inf
+    there, and its cosine 0 for parallel rows; this one gives the right value."""
+    if not _transformed():
+        norm = torch.linalg.vector_norm(x, dim=dim, keepdim=True)
+        if not bool(torch.isinf(norm).any()) or not bool(torch.isfinite(x).all()):
+            return norm
+    scale = x.abs().amax(dim=dim, keepdim=True).clamp_min(torch.finfo(x.dtype).tiny)
+    return scale * torch.linalg.vector_norm(x / scale, dim=dim, keepdim=True)
+
+
+def _clamped(norm: Tensor, eps: float) -> Tensor:
+    """max(‖x‖, eps) as PyTorch takes it: clamped in place under no_grad, so that autograd
+    differentiates the unclamped norm (in first and in second order alike)."""
+    clamped = norm.clone()
+    with torch.no_grad():
+        clamped.clamp_min_(eps)
+    return clamped
+
+
+def _fits(product: Tensor) -> bool:
+    """Whether the fast formulas, which divide by c1·c2, are safe: the product of the clamped
+    norms neither overflows nor vanishes (float16 rows of norm 1e3 overflow it)."""
+    return not _transformed() and bool(((product > 0) & torch.isfinite(product)).all())
+
+
+def _cosine(a1: Tensor, a2: Tensor, dim: int, eps: float) -> Tensor:
+    """y = x1·x2 / (max(‖x1‖,eps) max(‖x2‖,eps)) along dim: one pass where the norms allow it;
+    else each input normalised first, as PyTorch does, so that nothing overflows."""
+    c1, c2 = _norm(a1, dim).clamp_min(eps), _norm(a2, dim).clamp_min(eps)
+    if _fits(c1 * c2):
+        y = torch.linalg.vecdot(a1, a2, dim=dim) / (c1 * c2).squeeze(dim)
+        if bool(torch.isfinite(y).all()) or not bool(torch.isfinite(a1).all() & torch.isfinite(a2).all()):
+            return y
+    return ((a1 / c1) * (a2 / c2)).sum(dim)
 
 
 def _weighted_partials(x1: Tensor, x2: Tensor, y: Tensor, weight: Tensor, dim: int, eps: float):
-    """weight · ∂y/∂x1 and weight · ∂y/∂x2 in the broadcast shape (None where not asked for).
+    """weight · ∂y/∂x1 and weight · ∂y/∂x2 in the broadcast shape.
 
-    ∂y/∂x1 = x2/(c1 c2) − y·x1/(c1 n1), and symmetrically; at n1 = 0 the second term is 0,
-    as PyTorch's norm backward makes it.
+    ∂y/∂x1 = x2/(c1 c2) − y·x1/(c1 n1), and symmetrically; at n1 = 0 the second term is 0, as
+    PyTorch's norm backward makes it. Where c1·c2 overflows it is written on the normalised
+    u = x/c instead: (1/c1)·(u2 − y·(c1/n1)·u1).
     """
-    n1, c1 = _norms(x1, dim, eps)
-    n2, c2 = _norms(x2, dim, eps)
+    n1, n2 = _norm(x1, dim), _norm(x2, dim)
+    c1, c2 = _clamped(n1, eps), _clamped(n2, eps)
     w = weight.unsqueeze(dim) if weight.dim() else weight
     y = y.unsqueeze(dim)
     # where(n > 0, n, 1): a zero row has y = 0, so its second term is 0 instead of 0/0
     safe_n1 = torch.where(n1 > 0, n1, torch.ones_like(n1))
     safe_n2 = torch.where(n2 > 0, n2, torch.ones_like(n2))
-    w12 = w / (c1 * c2)
-    # w/(c1 c2) · (x2 − y·(c2/n1)·x1): out of place, so that vmap and double backward work
-    d1 = torch.addcmul(x2, x1, y * c2 / safe_n1, value=-1) * w12
-    d2 = torch.addcmul(x1, x2, y * c1 / safe_n2, value=-1) * w12
+    if _fits(c1 * c2):
+        w12 = w / (c1 * c2)
+        d1 = _scaled(torch.addcmul(x2, x1, y * c2 / safe_n1, value=-1), w12)
+        d2 = _scaled(torch.addcmul(x1, x2, y * c1 / safe_n2, value=-1), w12)
+        return d1, d2
+    u1, u2 = x1 / c1, x2 / c2
+    d1 = _scaled(torch.addcmul(u2, u1, y * c1 / safe_n1, value=-1), w / c1)
+    d2 = _scaled(torch.addcmul(u1, u2, y * c2 / safe_n2, value=-1), w / c2)
     return d1, d2
+
+
+def _scaled(fresh: Tensor, factor: Tensor) -> Tensor:
+    """``fresh * factor``, in place where it can be: a copy of a large tensor saved (autograd
+    allows it, addcmul's backward not needing its output). Under vmap a batched ``factor``
+    cannot scale an unbatched ``fresh`` in place; vmap refuses before writing, and the product
+    is then taken out of place."""
+    try:
+        return fresh.mul_(factor)
+    except RuntimeError:
+        return fresh * factor
 
 
 class CosineSimilarityFunction(torch.autograd.Function):
     """Cosine similarity with a hand-written, correct backward.
 
-    Same semantics as ``torch.nn.functional.cosine_similarity(x1, x2, dim, eps)``: broadcasting,
-    any dim, each norm clamped by eps separately. Backward is built from differentiable ops
-    (double backward works); ``jvp`` gives forward-mode AD; ``generate_vmap_rule`` gives vmap.
+    Same semantics as ``torch.nn.functional.cosine_similarity(x1, x2, dim, eps)``: dtype
+    promotion, broadcasting, 0-d inputs, any dim, each norm clamped by eps separately the way
+    PyTorch clamps it (so first and second order match PyTorch's where it clamps). Where the
+    product of the norms would overflow (float16 rows of norm 1e3), each input is normalised
+    before the product, as PyTorch does. Where PyTorch's own norm overflows (float32 rows of norm
+    1e20, where it gives 0 for parallel rows), this one scales the rows first and gives the right
+    value. Backward is
+    built from differentiable ops (double backward works); ``jvp`` gives forward-mode AD;
+    ``generate_vmap_rule`` gives vmap.
     """
 
     generate_vmap_rule = True
@@ -217,11 +280,8 @@ class CosineSimilarityFunction(torch.autograd.Function):
     @staticmethod
     def forward(x1, x2, dim=1, eps=1e-8):
         a1, a2, d = _aligned(x1, x2, dim)
-        # y = x1·x2 / (max(‖x1‖,eps) max(‖x2‖,eps)); no normalised copies of the inputs are made
-        dot = torch.linalg.vecdot(a1, a2, dim=d)
-        _, c1 = _norms(a1, d, eps)
-        _, c2 = _norms(a2, d, eps)
-        return dot / (c1 * c2).squeeze(d)
+        y = _cosine(a1, a2, d, eps)
+        return y.reshape(()) if max(x1.dim(), x2.dim()) == 0 else y
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -234,10 +294,10 @@ class CosineSimilarityFunction(torch.autograd.Function):
     def backward(ctx, grad_output):
         x1, x2, y = ctx.saved_tensors
         a1, a2, d = _aligned(x1, x2, ctx.dim)
-        # ∇x1 = g·(x2/(c1 c2) − y·x1/(c1 n1)), summed back over broadcast dims
+        # ∇x1 = g·(x2/(c1 c2) − y·x1/(c1 n1)), summed back over broadcast dims, in each input's dtype
         d1, d2 = _weighted_partials(a1, a2, y, grad_output, d, ctx.eps)
-        grad1 = d1.sum_to_size(x1.shape) if ctx.needs_input_grad[0] else None
-        grad2 = d2.sum_to_size(x2.shape) if ctx.needs_input_grad[1] else None
+        grad1 = d1.sum_to_size(x1.shape).to(x1.dtype) if ctx.needs_input_grad[0] else None
+        grad2 = d2.sum_to_size(x2.shape).to(x2.dtype) if ctx.needs_input_grad[1] else None
         return grad1, grad2, None, None
 
     @staticmethod
@@ -245,11 +305,12 @@ class CosineSimilarityFunction(torch.autograd.Function):
         x1, x2, y = ctx.saved_tensors
         a1, a2, d = _aligned(x1, x2, ctx.dim)
         # ẏ = Σ (∂y/∂x1 · ẋ1 + ∂y/∂x2 · ẋ2) along dim
-        d1, d2 = _weighted_partials(a1, a2, y, torch.ones((), dtype=y.dtype, device=y.device), d, ctx.eps)
+        d1, d2 = _weighted_partials(a1, a2, y, torch.ones((), dtype=a1.dtype, device=a1.device), d, ctx.eps)
         out = torch.zeros_like(y)
-        for partial, tangent in ((d1, t1), (d2, t2)):
+        for partial, tangent, x in ((d1, t1, x1), (d2, t2, x2)):
             if tangent is not None:
-                out = out + (partial * tangent).sum(d)
+                t = tangent.to(a1.dtype).reshape((1,) * (a1.dim() - tangent.dim()) + tuple(tangent.shape))
+                out = out + (partial * t).sum(d).reshape(y.shape)
         return out
 
 
