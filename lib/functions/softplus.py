@@ -22,10 +22,10 @@ Tensor = torch.Tensor
 THRESHOLD = 20.0  # F.softplus's default: above it, y = x
 
 
-def _softplus(x: Tensor, beta: float) -> Tensor:
-    # y = log(1 + exp(βx)) / β, and x where βx > 20, as F.softplus
+def _softplus(x: Tensor, beta: float, threshold: float = THRESHOLD) -> Tensor:
+    # y = log(1 + exp(βx)) / β, and x where βx > threshold, as F.softplus
     bx = beta * x
-    return torch.where(bx > THRESHOLD, x, torch.log1p(torch.exp(bx)) / beta)
+    return torch.where(bx > threshold, x, torch.log1p(torch.exp(bx)) / beta)
 
 
 class _SoftplusForward(torch.autograd.Function):
@@ -34,13 +34,13 @@ class _SoftplusForward(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(x, beta=1.0):
-        return _softplus(x, beta)
+    def forward(x, beta=1.0, threshold=THRESHOLD):
+        return _softplus(x, beta, threshold)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         ctx.save_for_backward(inputs[0])
-        ctx.beta = inputs[1]
+        ctx.beta, ctx.threshold = inputs[1], inputs[2]
 
 
 class OverflowingSoftplusFunction(_SoftplusForward):
@@ -51,7 +51,7 @@ class OverflowingSoftplusFunction(_SoftplusForward):
         (x,) = ctx.saved_tensors
         e = torch.exp(ctx.beta * x)  # BUG: inf once βx > 88.7 (float32), and inf / inf = NaN
         # ∇x = g · exp(βx) / (1 + exp(βx))
-        return grad_output * e / (1 + e), None
+        return grad_output * e / (1 + e), None, None
 
 
 class FlippedSoftplusFunction(_SoftplusForward):
@@ -61,12 +61,12 @@ class FlippedSoftplusFunction(_SoftplusForward):
     def backward(ctx, grad_output):
         (x,) = ctx.saved_tensors
         # ∇x = g · σ(−βx)    BUG: the sign of x is flipped; σ(−βx) = 1 − σ(βx)
-        return grad_output * torch.sigmoid(-ctx.beta * x), None
+        return grad_output * torch.sigmoid(-ctx.beta * x), None, None
 
 
-def _slope(x: Tensor, beta: float) -> Tensor:
+def _slope(x: Tensor, beta: float, threshold: float) -> Tensor:
     bx = beta * x
-    return torch.where(bx > THRESHOLD, torch.ones_like(x), torch.sigmoid(bx))
+    return torch.where(bx > threshold, torch.ones_like(x), torch.sigmoid(bx))
 
 
 class SoftplusFunction(torch.autograd.Function):
@@ -76,31 +76,31 @@ class SoftplusFunction(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(x, beta=1.0):
-        return _softplus(x, beta)
+    def forward(x, beta=1.0, threshold=THRESHOLD):
+        return _softplus(x, beta, threshold)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         ctx.save_for_backward(inputs[0])
         ctx.save_for_forward(inputs[0])
-        ctx.beta = inputs[1]
+        ctx.beta, ctx.threshold = inputs[1], inputs[2]
 
     @staticmethod
     def backward(ctx, grad_output):
         (x,) = ctx.saved_tensors
-        # ∇x = g · σ(βx), and g where βx > 20
-        return grad_output * _slope(x, ctx.beta), None
+        # ∇x = g · σ(βx), and g where βx > threshold
+        return grad_output * _slope(x, ctx.beta, ctx.threshold), None, None
 
     @staticmethod
-    def jvp(ctx, x_tangent, _beta_tangent):
+    def jvp(ctx, x_tangent, _beta_tangent, _threshold_tangent):
         (x,) = ctx.saved_tensors
-        # ẏ = σ(βx) · ẋ, and ẋ where βx > 20
-        return x_tangent * _slope(x, ctx.beta)
+        # ẏ = σ(βx) · ẋ, and ẋ where βx > threshold
+        return x_tangent * _slope(x, ctx.beta, ctx.threshold)
 
 
-def softplus_reference(x: Tensor, beta: float = 1.0) -> Tensor:
-    """Ground truth: PyTorch's own ``F.softplus`` (threshold 20), differentiated by autograd."""
-    return F.softplus(x, beta=beta, threshold=THRESHOLD)
+def softplus_reference(x: Tensor, beta: float = 1.0, threshold: float = THRESHOLD) -> Tensor:
+    """Ground truth: PyTorch's own ``F.softplus``, differentiated by autograd."""
+    return F.softplus(x, beta=beta, threshold=threshold)
 
 
 FAMILY = register(
@@ -135,7 +135,7 @@ FAMILY = register(
         },
         build_inputs=single_input,
         loss=weighted_sum,
-        params={"beta": 1.0},
+        params={"beta": 1.0, "threshold": THRESHOLD},
         forward_latex=r"y = \tfrac{1}{\beta}\log\big(1 + e^{\beta x}\big)\ \ (\beta x \le 20),\qquad y = x\ \ (\beta x > 20)",
         gradient_latex=r"\frac{\partial y}{\partial x} = \sigma(\beta x) = \frac{1}{1 + e^{-\beta x}}\ \ (\beta x \le 20),\qquad 1\ \ (\beta x > 20)",
         specimen=specimen(OverflowingSoftplusFunction),

@@ -83,4 +83,4 @@ def test_family_declares_its_formulas_and_maths():
     assert [n for n, f in FAMILY.formulas.items() if f.correct] == ["corrected"]
     assert all(f.latex and f.summary for f in FAMILY.formulas.values())
     assert FAMILY.forward_latex and FAMILY.gradient_latex and "BUG" in FAMILY.specimen
-    assert FAMILY.params == {"beta": 1.0} and FAMILY.input_names == ("x",)
+    assert FAMILY.params == {"beta": 1.0, "threshold": 20.0} and FAMILY.input_names == ("x",)
