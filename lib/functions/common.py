@@ -56,6 +56,13 @@ def weighted_sum(y: Tensor) -> Tensor:
     return (y * loss_weights(y.shape, y.dtype, y.device)).sum()
 
 
+def opmath(x: Tensor) -> Tensor:
+    """float16 and bfloat16 widened to float32 for the arithmetic, as PyTorch's own kernels do
+    (its "opmath" type): exp, squares and 1/eps terms leave their range long before the result
+    would. Callers round the result back to the input's dtype."""
+    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+
+
 def specimen(function: type) -> str:
     """A Function's source without docstrings, for the home page (its ``# BUG`` comments kept),
     after the source of a base class of the same module that holds its forward."""

@@ -19,10 +19,13 @@ not. That is PyTorch's gradient, not the derivative of its forward, and we match
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
 from lib.family import Family, Formula, register
+from lib.functions.common import opmath
 from lib.functions.common import specimen
 
 Tensor = torch.Tensor
@@ -168,7 +171,9 @@ def _aligned(x1: Tensor, x2: Tensor, dim: int) -> tuple[Tensor, Tensor, int]:
     no copies), and ``dim`` made non-negative, as ``F.cosine_similarity`` reads them. Other dims
     are left to broadcast in the arithmetic, so each norm is taken over its own input only."""
     dtype = torch.result_type(x1, x2)
-    x1, x2 = x1.to(dtype), x2.to(dtype)
+    # float16 and bfloat16 in float32 (opmath): their norms' squares and 1/eps terms leave their
+    # range; results are rounded back at the end
+    x1, x2 = opmath(x1.to(dtype)), opmath(x2.to(dtype))
     ndim = max(x1.dim(), x2.dim(), 1)
     if not -ndim <= dim < ndim:
         raise IndexError(f"Dimension out of range (expected to be in range of [{-ndim}, {ndim - 1}], but got {dim})")
@@ -191,12 +196,14 @@ def _norm(x: Tensor, dim: int) -> Tensor:
     """‖x‖ along dim (kept), without overflow: where the squares overflow (float32 rows of norm
     1e20, say) the row is scaled by its largest element first. PyTorch's own norm gives inf
     there, and its cosine 0 for parallel rows; this one gives the right value."""
-    if not _transformed():
-        norm = torch.linalg.vector_norm(x, dim=dim, keepdim=True)
-        if not bool(torch.isinf(norm).any()) or not bool(torch.isfinite(x).all()):
-            return norm
-    scale = x.abs().amax(dim=dim, keepdim=True).clamp_min(torch.finfo(x.dtype).tiny)
-    return scale * torch.linalg.vector_norm(x / scale, dim=dim, keepdim=True)
+    norm = torch.linalg.vector_norm(x, dim=dim, keepdim=True)
+    if not _transformed() and not bool(torch.isinf(norm).any()):
+        return norm
+    # rows whose squares overflow although every element is finite: scaled by their largest element
+    largest = x.abs().amax(dim=dim, keepdim=True)
+    scale = torch.where(torch.isfinite(largest), largest, torch.ones_like(largest)).clamp_min(torch.finfo(x.dtype).tiny)
+    scaled = scale * torch.linalg.vector_norm(x / scale, dim=dim, keepdim=True)
+    return torch.where(torch.isinf(norm) & torch.isfinite(largest), scaled, norm)
 
 
 def _clamped(norm: Tensor, eps: float) -> Tensor:
@@ -208,17 +215,23 @@ def _clamped(norm: Tensor, eps: float) -> Tensor:
     return clamped
 
 
-def _fits(product: Tensor) -> bool:
-    """Whether the fast formulas, which divide by c1·c2, are safe: the product of the clamped
-    norms neither overflows nor vanishes (float16 rows of norm 1e3 overflow it)."""
-    return not _transformed() and bool(((product > 0) & torch.isfinite(product)).all())
+def _fits(norms: Tensor, clamped: Tensor) -> bool:
+    """Whether the fast formulas, which multiply the inputs and divide by c1·c2, keep full
+    precision in first and second order: the products of the norms (n1·n2, c1·c2) stay between
+    √tiny and √max of the dtype, so neither they nor their squares overflow (float16 rows of norm
+    1e3) or fall among the subnormals (float16 rows of norm 1e-3, float32 ones of 1e-10)."""
+    if _transformed():
+        return False
+    info = torch.finfo(norms.dtype)
+    return bool(((norms >= math.sqrt(info.tiny)) & (clamped <= math.sqrt(info.max))).all())
 
 
 def _cosine(a1: Tensor, a2: Tensor, dim: int, eps: float) -> Tensor:
     """y = x1·x2 / (max(‖x1‖,eps) max(‖x2‖,eps)) along dim: one pass where the norms allow it;
     else each input normalised first, as PyTorch does, so that nothing overflows."""
-    c1, c2 = _norm(a1, dim).clamp_min(eps), _norm(a2, dim).clamp_min(eps)
-    if _fits(c1 * c2):
+    n1, n2 = _norm(a1, dim), _norm(a2, dim)
+    c1, c2 = n1.clamp_min(eps), n2.clamp_min(eps)
+    if _fits(n1 * n2, c1 * c2):
         y = torch.linalg.vecdot(a1, a2, dim=dim) / (c1 * c2).squeeze(dim)
         if bool(torch.isfinite(y).all()) or not bool(torch.isfinite(a1).all() & torch.isfinite(a2).all()):
             return y
@@ -239,14 +252,15 @@ def _weighted_partials(x1: Tensor, x2: Tensor, y: Tensor, weight: Tensor, dim: i
     # where(n > 0, n, 1): a zero row has y = 0, so its second term is 0 instead of 0/0
     safe_n1 = torch.where(n1 > 0, n1, torch.ones_like(n1))
     safe_n2 = torch.where(n2 > 0, n2, torch.ones_like(n2))
-    if _fits(c1 * c2):
+    if _fits(n1 * n2, c1 * c2):
         w12 = w / (c1 * c2)
         d1 = _scaled(torch.addcmul(x2, x1, y * c2 / safe_n1, value=-1), w12)
         d2 = _scaled(torch.addcmul(x1, x2, y * c1 / safe_n2, value=-1), w12)
         return d1, d2
     u1, u2 = x1 / c1, x2 / c2
-    d1 = _scaled(torch.addcmul(u2, u1, y * c1 / safe_n1, value=-1), w / c1)
-    d2 = _scaled(torch.addcmul(u1, u2, y * c2 / safe_n2, value=-1), w / c2)
+    # divided by c, then scaled by w: w/c alone may overflow where the gradient does not
+    d1 = _scaled(torch.addcmul(u2, u1, y * c1 / safe_n1, value=-1) / c1, w)
+    d2 = _scaled(torch.addcmul(u1, u2, y * c2 / safe_n2, value=-1) / c2, w)
     return d1, d2
 
 
@@ -280,7 +294,7 @@ class CosineSimilarityFunction(torch.autograd.Function):
     @staticmethod
     def forward(x1, x2, dim=1, eps=1e-8):
         a1, a2, d = _aligned(x1, x2, dim)
-        y = _cosine(a1, a2, d, eps)
+        y = _cosine(a1, a2, d, eps).to(torch.result_type(x1, x2))
         return y.reshape(()) if max(x1.dim(), x2.dim()) == 0 else y
 
     @staticmethod
@@ -295,7 +309,7 @@ class CosineSimilarityFunction(torch.autograd.Function):
         x1, x2, y = ctx.saved_tensors
         a1, a2, d = _aligned(x1, x2, ctx.dim)
         # ∇x1 = g·(x2/(c1 c2) − y·x1/(c1 n1)), summed back over broadcast dims, in each input's dtype
-        d1, d2 = _weighted_partials(a1, a2, y, grad_output, d, ctx.eps)
+        d1, d2 = _weighted_partials(a1, a2, y.to(a1.dtype), grad_output.to(a1.dtype), d, ctx.eps)
         grad1 = d1.sum_to_size(x1.shape).to(x1.dtype) if ctx.needs_input_grad[0] else None
         grad2 = d2.sum_to_size(x2.shape).to(x2.dtype) if ctx.needs_input_grad[1] else None
         return grad1, grad2, None, None
@@ -305,12 +319,12 @@ class CosineSimilarityFunction(torch.autograd.Function):
         x1, x2, y = ctx.saved_tensors
         a1, a2, d = _aligned(x1, x2, ctx.dim)
         # ẏ = Σ (∂y/∂x1 · ẋ1 + ∂y/∂x2 · ẋ2) along dim
-        d1, d2 = _weighted_partials(a1, a2, y, torch.ones((), dtype=a1.dtype, device=a1.device), d, ctx.eps)
+        d1, d2 = _weighted_partials(a1, a2, y.to(a1.dtype), torch.ones((), dtype=a1.dtype, device=a1.device), d, ctx.eps)
         out = torch.zeros_like(y)
         for partial, tangent, x in ((d1, t1, x1), (d2, t2, x2)):
             if tangent is not None:
                 t = tangent.to(a1.dtype).reshape((1,) * (a1.dim() - tangent.dim()) + tuple(tangent.shape))
-                out = out + (partial * t).sum(d).reshape(y.shape)
+                out = out + (partial * t).sum(d).reshape(y.shape).to(y.dtype)
         return out
 
 

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from lib.family import Family, Formula, register
-from lib.functions.common import single_input, specimen, weighted_sum
+from lib.functions.common import opmath, single_input, specimen, weighted_sum
 
 Tensor = torch.Tensor
 SQRT_HALF = math.sqrt(0.5)
@@ -26,9 +26,16 @@ INV_SQRT_2PI = 1 / math.sqrt(2 * math.pi)
 TANH_K = math.sqrt(2 / math.pi)
 
 
+def _phi(x: Tensor) -> Tensor:
+    """Φ(x) = erfc(−x/√2) / 2: the same as (1 + erf(x/√2)) / 2, without its cancellation for
+    negative x (where erf is near −1 and 1 + erf loses every digit)."""
+    return 0.5 * torch.special.erfc(-x * SQRT_HALF)
+
+
 def _gelu(x: Tensor) -> Tensor:
-    # y = x · Φ(x)
-    return x * 0.5 * (1 + torch.erf(x * SQRT_HALF))
+    # y = x · Φ(x) (in float32 for half inputs)
+    wide = opmath(x)
+    return (wide * _phi(wide)).to(x.dtype)
 
 
 class _GeluForward(torch.autograd.Function):
@@ -67,7 +74,8 @@ class TanhBackwardGeluFunction(_GeluForward):
 
 
 def _slope(x: Tensor) -> Tensor:
-    return 0.5 * (1 + torch.erf(x * SQRT_HALF)) + x * INV_SQRT_2PI * torch.exp(-0.5 * x * x)
+    wide = opmath(x)
+    return (_phi(wide) + wide * INV_SQRT_2PI * torch.exp(-0.5 * wide * wide)).to(x.dtype)
 
 
 class GeluFunction(torch.autograd.Function):

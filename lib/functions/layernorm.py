@@ -23,13 +23,22 @@ from lib.functions.common import single_input, specimen, weighted_sum
 Tensor = torch.Tensor
 
 
+def _wide(x: Tensor) -> Tensor:
+    """Inputs below float64 computed in float64: the normalisation's derivatives hold r³ = 1/σ³,
+    which is subnormal in float32 once σ passes about 1e13, and cancellations in its means.
+    Results are rounded back to the input's dtype."""
+    return x.double() if x.dtype in (torch.float32, torch.float16, torch.bfloat16) else x
+
+
 def _layer_norm(x: Tensor, dim: int, eps: float) -> Tensor:
     # ŷ = (x − μ) / √(σ² + eps), σ² the biased variance
-    return (x - x.mean(dim, keepdim=True)) * _rstd(x, dim, eps)
+    wide = _wide(x)
+    return ((wide - wide.mean(dim, keepdim=True)) * _rstd(wide, dim, eps)).to(x.dtype)
 
 
 def _rstd(x: Tensor, dim: int, eps: float) -> Tensor:
-    return torch.rsqrt(x.var(dim, correction=0, keepdim=True) + eps)
+    wide = _wide(x)
+    return torch.rsqrt(wide.var(dim, correction=0, keepdim=True) + eps)
 
 
 class _LayerNormForward(torch.autograd.Function):
@@ -70,8 +79,10 @@ class VarianceIgnoredLayerNormFunction(_LayerNormForward):
 
 
 def _vjp(x: Tensor, y: Tensor, v: Tensor, dim: int, eps: float) -> Tensor:
-    """Jᵀv = Jv: the Jacobian r (I − 1/N − ŷ ŷᵀ/N) is symmetric."""
-    return _rstd(x, dim, eps) * (v - v.mean(dim, keepdim=True) - y * (v * y).mean(dim, keepdim=True))
+    """Jᵀv = Jv: the Jacobian r (I − 1/N − ŷ ŷᵀ/N) is symmetric (in float32 for half inputs)."""
+    wide_v, wide_y = _wide(v), _wide(y)
+    out = _rstd(x, dim, eps) * (wide_v - wide_v.mean(dim, keepdim=True) - wide_y * (wide_v * wide_y).mean(dim, keepdim=True))
+    return out.to(v.dtype)
 
 
 class LayerNormFunction(torch.autograd.Function):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from lib.family import Family, Formula, register
-from lib.functions.common import single_input, specimen, weighted_sum
+from lib.functions.common import opmath, single_input, specimen, weighted_sum
 
 Tensor = torch.Tensor
 
@@ -70,6 +70,11 @@ def _shift(x: Tensor, dim: int) -> Tensor:
     return torch.where(m.isinf(), torch.zeros_like(m), m)
 
 
+def _softmax(x: Tensor, y: Tensor, dim: int) -> Tensor:
+    """exp(x − logsumexp x) = softmax(x), in float32 for half inputs."""
+    return torch.exp(opmath(x) - opmath(y).unsqueeze(dim))
+
+
 class LogSumExpFunction(torch.autograd.Function):
     """``torch.logsumexp(x, dim)`` with a hand-written backward: stable, double backward, jvp, vmap."""
 
@@ -77,9 +82,10 @@ class LogSumExpFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(x, dim=-1):
-        # y = m + log Σ exp(x − m): the largest term is exp(0) = 1, nothing overflows
-        m = _shift(x, dim)
-        return (m + torch.log(torch.exp(x - m).sum(dim, keepdim=True))).squeeze(dim)
+        # y = m + log Σ exp(x − m): the largest term is exp(0) = 1, nothing overflows (float32 for half inputs)
+        wide = opmath(x)
+        m = _shift(wide, dim)
+        return (m + torch.log(torch.exp(wide - m).sum(dim, keepdim=True))).squeeze(dim).to(x.dtype)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -92,13 +98,13 @@ class LogSumExpFunction(torch.autograd.Function):
     def backward(ctx, grad_output):
         x, y = ctx.saved_tensors
         # ∇x = g · exp(x − y) = g · softmax(x)
-        return grad_output.unsqueeze(ctx.dim) * torch.exp(x - y.unsqueeze(ctx.dim)), None
+        return (opmath(grad_output).unsqueeze(ctx.dim) * _softmax(x, y, ctx.dim)).to(x.dtype), None
 
     @staticmethod
     def jvp(ctx, x_tangent, _dim_tangent):
         x, y = ctx.saved_tensors
         # ẏ = Σ softmax(x) · ẋ
-        return (torch.exp(x - y.unsqueeze(ctx.dim)) * x_tangent).sum(ctx.dim)
+        return (_softmax(x, y, ctx.dim) * opmath(x_tangent)).sum(ctx.dim).to(y.dtype)
 
 
 def logsumexp_reference(x: Tensor, dim: int = -1) -> Tensor:

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from lib.family import Family, Formula, register
-from lib.functions.common import single_input, specimen, weighted_sum
+from lib.functions.common import opmath, single_input, specimen, weighted_sum
 
 Tensor = torch.Tensor
 
@@ -65,10 +65,11 @@ class NoProjectionNormalizeFunction(_NormalizeForward):
 
 
 def _vjp(x: Tensor, y: Tensor, v: Tensor, dim: int, eps: float) -> Tensor:
-    """Jᵀv = Jv: the Jacobian (I − [n ≥ eps] y yᵀ) / c is symmetric."""
+    """Jᵀv = Jv: the Jacobian (I − [n ≥ eps] y yᵀ) / c is symmetric (in float32 for half inputs)."""
+    x, y, wide = opmath(x), opmath(y), opmath(v)
     n = _norm(x, dim)
-    projected = torch.where(n >= eps, (v * y).sum(dim, keepdim=True), torch.zeros_like(n))
-    return (v - y * projected) / n.clamp_min(eps)
+    projected = torch.where(n >= eps, (wide * y).sum(dim, keepdim=True), torch.zeros_like(n))
+    return ((wide - y * projected) / n.clamp_min(eps)).to(v.dtype)
 
 
 class NormalizeFunction(torch.autograd.Function):
@@ -79,8 +80,9 @@ class NormalizeFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(x, dim=-1, eps=1e-12):
-        # y = x / max(‖x‖, eps)
-        return x / _norm(x, dim).clamp_min(eps)
+        # y = x / max(‖x‖, eps) (in float32 for half inputs)
+        wide = opmath(x)
+        return (wide / _norm(wide, dim).clamp_min(eps)).to(x.dtype)
 
     @staticmethod
     def setup_context(ctx, inputs, output):

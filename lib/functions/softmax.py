@@ -15,15 +15,16 @@ from __future__ import annotations
 import torch
 
 from lib.family import Family, Formula, register
-from lib.functions.common import single_input, specimen, weighted_sum
+from lib.functions.common import opmath, single_input, specimen, weighted_sum
 
 Tensor = torch.Tensor
 
 
 def _softmax(x: Tensor, dim: int) -> Tensor:
-    # y = exp(x − m) / Σ exp(x − m): every exponent ≤ 0, nothing overflows
-    e = torch.exp(x - x.amax(dim, keepdim=True))
-    return e / e.sum(dim, keepdim=True)
+    # y = exp(x − m) / Σ exp(x − m): every exponent ≤ 0, nothing overflows (float32 for half inputs)
+    wide = opmath(x)
+    e = torch.exp(wide - wide.amax(dim, keepdim=True))
+    return (e / e.sum(dim, keepdim=True)).to(x.dtype)
 
 
 class _SoftmaxForward(torch.autograd.Function):
@@ -60,6 +61,12 @@ class BatchSumSoftmaxFunction(_SoftmaxForward):
         return y * (grad_output - (grad_output * y).sum()), None
 
 
+def _product(y: Tensor, v: Tensor, dim: int) -> Tensor:
+    """y ⊙ (v − Σ v·y): the Jacobian times v, either side (in float32 for half inputs)."""
+    wide_y, wide_v = opmath(y), opmath(v)
+    return (wide_y * (wide_v - (wide_v * wide_y).sum(dim, keepdim=True))).to(v.dtype)
+
+
 class SoftmaxFunction(torch.autograd.Function):
     """``torch.softmax(x, dim)`` with a hand-written backward: double backward, jvp and vmap."""
 
@@ -79,13 +86,13 @@ class SoftmaxFunction(torch.autograd.Function):
     def backward(ctx, grad_output):
         (y,) = ctx.saved_tensors
         # ∇x = y ⊙ (g − Σ g·y), the sum along dim
-        return y * (grad_output - (grad_output * y).sum(ctx.dim, keepdim=True)), None
+        return _product(y, grad_output, ctx.dim), None
 
     @staticmethod
     def jvp(ctx, x_tangent, _dim_tangent):
         (y,) = ctx.saved_tensors
         # ẏ = y ⊙ (ẋ − Σ y·ẋ): the Jacobian is symmetric
-        return y * (x_tangent - (x_tangent * y).sum(ctx.dim, keepdim=True))
+        return _product(y, x_tangent, ctx.dim)
 
 
 def softmax_reference(x: Tensor, dim: int = -1) -> Tensor:

@@ -16,16 +16,17 @@ import torch
 import torch.nn.functional as F
 
 from lib.family import Family, Formula, register
-from lib.functions.common import single_input, specimen, weighted_sum
+from lib.functions.common import opmath, single_input, specimen, weighted_sum
 
 Tensor = torch.Tensor
 THRESHOLD = 20.0  # F.softplus's default: above it, y = x
 
 
 def _softplus(x: Tensor, beta: float, threshold: float = THRESHOLD) -> Tensor:
-    # y = log(1 + exp(βx)) / β, and x where βx > threshold, as F.softplus
-    bx = beta * x
-    return torch.where(bx > threshold, x, torch.log1p(torch.exp(bx)) / beta)
+    # y = log(1 + exp(βx)) / β, and x where βx > threshold, as F.softplus (in float32 for half inputs)
+    wide = opmath(x)
+    bx = beta * wide
+    return torch.where(bx > threshold, wide, torch.log1p(torch.exp(bx)) / beta).to(x.dtype)
 
 
 class _SoftplusForward(torch.autograd.Function):
@@ -65,8 +66,8 @@ class FlippedSoftplusFunction(_SoftplusForward):
 
 
 def _slope(x: Tensor, beta: float, threshold: float) -> Tensor:
-    bx = beta * x
-    return torch.where(bx > threshold, torch.ones_like(x), torch.sigmoid(bx))
+    bx = beta * opmath(x)
+    return torch.where(bx > threshold, torch.ones_like(bx), torch.sigmoid(bx)).to(x.dtype)
 
 
 class SoftplusFunction(torch.autograd.Function):
