@@ -142,6 +142,19 @@ def wrong_inputs(case: Case) -> dict[str, tuple[str, ...]]:
 # ---- landscapes --------------------------------------------------------------------------------------
 
 
+def _finite_inputs(case: Case, what: str):
+    """The case's inputs, refused in words where one holds NaN or Inf: a loss through such a
+    point is not finite anywhere, so there is no surface, field or path to draw, and fitting
+    planes or projections to it would compute on NaN as if it were a number."""
+    inputs = _checked_inputs(case)
+    names = case.get_family().input_names
+    bad = [f"{name} holds {int((~torch.isfinite(x)).sum()):,} NaN or Inf" for name, x in zip(names, inputs) if not bool(torch.isfinite(x).all())]
+    if bad:
+        raise LabError(f"{what} needs finite inputs: {'; '.join(bad)} (the sidebar's Perturbations inject them), so the loss "
+                       "is not finite anywhere near this point. Gradient check shows, element by element, where such inputs lead.")
+    return inputs
+
+
 def _plane(case: Case, spec: PlaneSpec, inputs) -> Plane:
     return make_plane(case.get_family(), inputs, case.param_values(), spec.mode, index=spec.index, seed=spec.seed,
                       coordinates=spec.coordinates, row=spec.row)
@@ -153,7 +166,7 @@ def surface(case: Case, spec: PlaneSpec, resolution: int, span: float, one_dimen
     what = f"A {'slice' if one_dimensional else 'surface'} of {points} points at shape {case.shape}"
     budget.require(budget.surface_bytes(points, n, itemsize, chunk_points(n, itemsize)), what, "Lower the resolution or the shape.")
     budget.require_work(points * total, what, "Lower the resolution or the shape.")
-    inputs = _checked_inputs(case)
+    inputs = _finite_inputs(case, "A loss surface")
     return loss_surface(case.get_family(), inputs, case.param_values(), _plane(case, spec, inputs),
                         resolution=resolution, span=span, one_dimensional=one_dimensional)
 
@@ -164,7 +177,7 @@ def field(case: Case, spec: PlaneSpec, resolution: int, span: float) -> Gradient
     what = f"A gradient field of {resolution}×{resolution} points at shape {case.shape}"
     budget.require(budget.field_bytes(resolution**2, n, len(formulas)), what, "Lower the field resolution or the shape.")
     budget.require_work(3 * resolution**2 * (len(formulas) + 1) * total, what, "Lower the field resolution or the shape.")
-    inputs = _checked_inputs(case)
+    inputs = _finite_inputs(case, "A gradient field")
     return gradient_field(case.get_family(), inputs, case.param_values(), _plane(case, spec, inputs), formulas,
                           resolution=resolution, span=span)
 
@@ -175,7 +188,7 @@ def training(case: Case, spec: PlaneSpec, optimizer: str, learning_rate: float, 
     what = f"{steps} optimizer steps for {len(formulas)} formulas at shape {case.shape}"
     budget.require(budget.trajectory_bytes(steps, n, len(formulas)), what, "Take fewer steps or a smaller shape.")
     budget.require_work(4 * steps * len(formulas) * total, what, "Take fewer steps or a smaller shape.")
-    inputs = _checked_inputs(case)
+    inputs = _finite_inputs(case, "Training")
     return trajectories(case.get_family(), inputs, case.param_values(), formulas, _plane(case, spec, inputs),
                         optimizer=optimizer, learning_rate=learning_rate, steps=steps)
 

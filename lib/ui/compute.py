@@ -18,6 +18,7 @@ except ImportError:  # pragma: no cover
     in_cached_function = None
 
 
+INTERNAL_ERROR = "Internal error"  # how a caught crash begins: tests tell it from a message meant for the user
 CACHED_RESULTS = 64  # per function: results are copies, so each session gets its own
 
 
@@ -63,13 +64,16 @@ def compute(fn: Callable[..., Any], *args: Any, what: str = "Computing…") -> A
 
 @contextmanager
 def guard(what: str) -> Iterator[None]:
-    """Whatever fails inside is said in words on the page, and the rest of the page goes on."""
+    """Whatever fails inside is said in words on the page, and the rest of the page goes on. A
+    LabError is a message meant for the user; any other exception is a bug, shown as one
+    (``INTERNAL_ERROR``), so that tests can tell the two apart."""
     try:
         yield
     except LabError as error:
         st.error(str(error), icon="⚠️")
-    except Exception as error:  # noqa: BLE001 - never a traceback on the page
+    except Exception as error:  # noqa: BLE001 - never a traceback on the page; still a bug, and said so
         frame = traceback.extract_tb(error.__traceback__)[-1]
-        st.error(f"{what} failed: {type(error).__name__}: {error} (in {frame.name}, {frame.filename.rsplit('/', 1)[-1]}:{frame.lineno})", icon="🛑")
+        st.error(f"{INTERNAL_ERROR} in {what.lower()}: {type(error).__name__}: {error} (in {frame.name}, "
+                 f"{frame.filename.rsplit('/', 1)[-1]}:{frame.lineno}). This is a bug in Gradient Lab, not in your settings.", icon="🛑")
 
 

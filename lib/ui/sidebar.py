@@ -4,6 +4,7 @@ reproduces the view."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +43,7 @@ _PAGE_SETTINGS = "_page_settings"  # session state: each page's own settings, as
 _CURRENT_PAGE = "_current_page"  # session state: the page the last run drew
 _LAST_CASE = "_last_case"  # session state: the case as the last run's address held it
 _RETRIED = "_retried"  # session state: this page was just opened once more to restore its address
+_DROPPED = "_dropped"  # session state: numbers of the link that no widget could take
 
 
 def page_setup(page: str, title: str, explanation: str) -> Case:
@@ -51,6 +53,8 @@ def page_setup(page: str, title: str, explanation: str) -> Case:
     st.title(title)
     st.caption(explanation)
     link = {k: st.query_params.get(k) for k in st.query_params}  # as the link gave them, before any widget reads them
+    drop_unreadable_numbers(page)
+    link.update(st.session_state.pop(_DROPPED, {}))  # what the first opening dropped, for the note
     remember_page_settings(page)
     if _arrived(page):
         restore_address(page)
@@ -74,6 +78,31 @@ def default_formulas(family: Family) -> list[str]:
 
 def _log_choices(low: int, high: int) -> list[float]:
     return [10.0**e for e in range(low, high + 1)]
+
+
+NUMBER_KEYS = ("rows", "features", "depth", "seed", "near_zero", "inject_count")  # the sidebar's number inputs
+NUMBER_PREFIXES = ("param_",)  # a family's own numeric params
+LARGEST_NUMBER = 2.0**53  # beyond it a float no longer holds every integer
+
+
+def _readable(value: str | None) -> bool:
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return False
+    return math.isfinite(number) and abs(number) <= LARGEST_NUMBER
+
+
+def drop_unreadable_numbers(page: str) -> None:
+    """Open the page again without any number its widget cannot take (inf, nan, 1e309, an
+    integer beyond 2^53, an empty value), before any widget reads the address: Streamlit's own
+    binding raises on some of them (OverflowError on seed=1e309). The link note then names them."""
+    query = _query()
+    unreadable = {k: v[-1] for k, v in query.items()
+                  if (k in NUMBER_KEYS or k.startswith(NUMBER_PREFIXES)) and not _readable(v[-1] if v else None)}
+    if unreadable:
+        st.session_state[_DROPPED] = unreadable
+        st.switch_page(page, query_params={k: v for k, v in query.items() if k not in unreadable})
 
 
 def _query() -> dict[str, list[str]]:

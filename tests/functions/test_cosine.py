@@ -304,3 +304,29 @@ def test_build_inputs_is_seeded_and_broadcasts():
     assert not torch.equal(a[0], build_inputs((3, 4, 5), seed=2)[0])
     _, x2 = build_inputs((3, 4, 5), seed=1, dim=1, broadcast=True)
     assert x2.shape == (1, 4, 1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_corrected_matches_pytorch_on_its_own_opinfo_samples(dtype):
+    """PyTorch's own samples for F.cosine_similarity (broadcast shapes, 0-d, eps, default dim):
+    value, gradient and double backward equal PyTorch's."""
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    (info,) = [o for o in op_db if o.name == "nn.functional.cosine_similarity"]
+    samples = list(info.sample_inputs("cpu", dtype, requires_grad=True))
+    assert any(s.input.dim() == 0 for s in samples)  # the 0-d case is among them
+    tol = {"rtol": 1e-10, "atol": 1e-12} if dtype == torch.float64 else {"rtol": 1e-4, "atol": 1e-5}
+    for sample in samples:
+        dim, eps = sample.kwargs.get("dim", 1), sample.kwargs.get("eps", 1e-8)
+        x1, x2 = sample.input.detach(), sample.args[0].detach()
+        derivatives = []
+        for function in (lambda a, b: CosineSimilarityFunction.apply(a, b, dim, eps),
+                         lambda a, b: torch.nn.functional.cosine_similarity(a, b, dim=dim, eps=eps)):
+            a, b = x1.clone().requires_grad_(), x2.clone().requires_grad_()
+            y = function(a, b)
+            v = torch.linspace(-1, 1, y.numel(), dtype=dtype).reshape(y.shape)
+            grads = torch.autograd.grad((y * v).sum(), (a, b), create_graph=True)
+            second = torch.autograd.grad(sum((g * g).sum() for g in grads), (a, b))
+            derivatives.append((y, *grads, *second))
+        for ours, theirs in zip(*derivatives):
+            torch.testing.assert_close(ours, theirs, **tol, msg=lambda m: f"{sample.input.shape}, {sample.kwargs}: {m}")

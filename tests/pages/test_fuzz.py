@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from lib.sweeps import METRICS, SWEEPS
 from lib.trajectory import OPTIMIZERS
+from lib.ui.compute import INTERNAL_ERROR
 from tests.pages.conftest import app, messages
 
 LONG_RUN = int(os.environ.get("GRADIENT_LAB_FUZZ_EXAMPLES", "0"))
@@ -96,10 +97,13 @@ def query(controls: dict) -> st.SearchStrategy:
 
 
 def assert_readable(at) -> None:
+    """No uncaught exception, and no caught one either: every message is words meant for the
+    user (a LabError), never the guard's report of a bug."""
     assert not at.exception, [e.value for e in at.exception]
     for message in messages(at):
         assert len(message.strip()) > 10, message
         assert "Traceback" not in message and 'File "' not in message, message
+        assert not message.startswith(INTERNAL_ERROR), message
 
 
 @pytest.mark.parametrize("page", list(PAGES))
@@ -115,6 +119,16 @@ def test_any_combination_of_controls_gives_a_page_or_words(page, data):
 FOUND = [
     ("pages/1_Gradient_check.py", {"rows": "1", "inject": "nan", "check_sweep": "true"}),  # all-NaN step sweep
     ("pages/3_Loss_surface.py", {"rows": "1", "features": "1"}),  # a degenerate plane (u ∥ v)
+    ("app.py", {"inject": "inf", "inject_count": "1000"}),  # every output not finite: an empty bincount
+    ("app.py", {"features": "1"}),  # rows of one element: cosine ±1, gradient 0
+    ("pages/1_Gradient_check.py", {"features": "1"}),
+    ("pages/5_Training.py", {"family": "layernorm", "inject": "nan", "noise1": "2.0", "train_optimizer": "SGD + momentum"}),  # PCA on NaN
+    ("pages/5_Training.py", {"inject": "nan", "train_optimizer": "SGD"}),
+    ("pages/5_Training.py", {"family": "gelu", "inject": "inf", "train_optimizer": "SGD"}),
+    ("pages/3_Loss_surface.py", {"inject": "inf"}),  # a plane fitted through Inf
+    ("pages/2_Gradient_field.py", {"inject": "nan"}),
+    *[("app.py", {key: value}) for key in ("seed", "rows", "features", "depth", "near_zero", "inject_count", "near_zero_factor", "eps")
+      for value in ("inf", "-inf", "nan", "1e309", "99999999999999999999999", "")],  # hostile numbers in a link
 ]
 
 

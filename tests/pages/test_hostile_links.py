@@ -47,3 +47,13 @@ def test_no_markup_is_ever_rendered_unsafely():
     root = Path(__file__).resolve().parents[2]
     sources = [p for p in [root / "app.py", *root.glob("pages/*.py"), *root.glob("lib/**/*.py")]]
     assert not [str(p) for p in sources if "unsafe_allow_html" in p.read_text()]
+
+
+@pytest.mark.parametrize("key, value", [("seed", "1e309"), ("rows", "inf"), ("features", "nan"), ("seed", "99999999999999999999999"),
+                                        ("depth", "")])
+def test_a_number_no_widget_can_take_is_dropped_with_a_note(key, value):
+    at = app(**{key: value, "features": "5"} if key != "features" else {key: value})
+    assert not at.exception
+    assert at.number_input(key=key).value == {"seed": 0, "rows": 8, "features": 16, "depth": 0}[key]  # the default
+    notes = " ".join(i.value for i in at.info)
+    assert "Ignored from the link" in notes and f"`{key}`" in notes
