@@ -1,5 +1,6 @@
 """Property-based fuzzing of every page over every control, extremes included: no uncaught
-exception, and every message shown is readable words, not a traceback.
+exception, no caught one either (the guard's "Internal error" is a failure here), and every
+message shown is readable words meant for the user, not a traceback.
 
 A fixed, derandomized handful of examples per page runs in the normal suite; for a long run:
 ``GRADIENT_LAB_FUZZ_EXAMPLES=200 make test PYTEST_ARGS="tests/pages/test_fuzz.py"`` (random).
