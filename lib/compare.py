@@ -24,6 +24,7 @@ from lib.family import Family
 from lib.tolerances import Tolerances, default_tolerances
 from lib.jacobian import JacobianVerdict, check_jacobian, compare_entries, tolerances_text
 from lib.numerical import DEFAULT_BUDGET_BYTES, DifferencePlan, numerical_gradient, numerical_jacobian, plan_differences, with_values
+from lib.diagnosis import Diagnosis, Finding, diagnose
 from lib.second_order import SecondOrderVerdict, check_second_order
 
 Tensor = torch.Tensor
@@ -148,6 +149,7 @@ class GradientReport:
     upstream: str = "loss"  # what the drawn gradients' upstream was (see UPSTREAMS)
     jacobian: JacobianVerdict | None = None  # the whole-Jacobian check behind the verdict
     second_order: SecondOrderVerdict | None = None
+    diagnosis: Diagnosis | None = None  # why the formula is wrong, where it is
 
     def input(self, name: str) -> InputComparison:
         return next(c for c in self.inputs if c.name == name)
@@ -212,12 +214,15 @@ def _drawn_gradient_finding(comparisons: Sequence[InputComparison], tolerances: 
     return None
 
 
-def _verdict(jacobian: JacobianVerdict | None, drawn_finding: str | None, failure: str | None) -> Verdict:
-    """Never "passes" without saying what it covered."""
+def _verdict(jacobian: JacobianVerdict | None, drawn_finding: str | None, failure: str | None, diagnosis=None) -> Verdict:
+    """Never "passes" without saying what it covered; a failure starts with its diagnosis."""
     if failure:
+        if diagnosis is not None and diagnosis.findings:
+            return Verdict(False, f"fails: {diagnosis.words}. The formula raised {failure}")
         return Verdict(False, f"fails: the formula raised {failure}")
     if not jacobian.passed:
-        return Verdict(False, jacobian.summary, jacobian.outcome)
+        why = f"{diagnosis.words}. " if diagnosis is not None and diagnosis.findings and jacobian.outcome == "fail" else ""
+        return Verdict(False, jacobian.summary.replace("fails: ", f"fails: {why}", 1), jacobian.outcome)
     if drawn_finding:
         return Verdict(False, f"fails: {drawn_finding} (checked {jacobian.coverage.describe()})")
     return Verdict(True, jacobian.summary)
@@ -374,6 +379,12 @@ def compare_gradients(
     ]
     notes = tuple(c.non_finite["input"].describe(c.name) for c in comparisons if c.non_finite["input"].count)
     drawn = None if failure else _drawn_gradient_finding(comparisons, tolerances, reference is not None)
+    diagnosis = None
+    if failure and "size of tensor" in failure and any(x.dim() >= 3 for x in inputs):
+        diagnosis = Diagnosis((Finding("reduction dim", "the backward reduces over the wrong dim: its shapes do not match a 3-D input's", failure),))
+    if jacobian is not None:
+        second_wrong = second is not None and second.outcome in ("fail", "not differentiable")
+        diagnosis = diagnose(jacobian, [_numpy(x, x) for x in inputs], tolerances, second_order_wrong=second_wrong)
     return GradientReport(
         family=family.name,
         formula=formula,
@@ -384,13 +395,14 @@ def compare_gradients(
         forward_max_error=_forward_error(formula_output, reference_output),
         inputs=tuple(comparisons),
         cosine=_cosine(np.concatenate([a.ravel() for a in analytic]), np.concatenate([r.ravel() for r in referenced])),
-        verdict=_verdict(jacobian, drawn, failure),
+        verdict=_verdict(jacobian, drawn, failure, diagnosis),
         evaluations=sum(p.evaluations for p in plans) if failure is None else 0,
         failure=failure,
         notes=notes,
         upstream="given" if grad_output is not None else upstream,
         jacobian=jacobian,
         second_order=second,
+        diagnosis=diagnosis,
     )
 
 

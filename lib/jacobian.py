@@ -107,6 +107,8 @@ class JacobianVerdict:
     coverage: Coverage
     entries: tuple[InputEntries, ...]
     probes: tuple[Probe, ...]
+    zero: tuple[np.ndarray, ...] = ()  # the formula's backward for a zero upstream, per input (flat)
+    output_shape: tuple[int, ...] = ()
 
     @property
     def outcome(self) -> str:
@@ -252,7 +254,8 @@ def check_jacobian(
         pattern_source="; ".join(dict.fromkeys(p.source for p in plans)),
         partial=partial,
     )
-    return JacobianVerdict(finding is None and not coverage.empty, finding or "", coverage, tuple(entries), probe_list)
+    return JacobianVerdict(finding is None and not coverage.empty, finding or "", coverage, tuple(entries), probe_list,
+                           tuple(zero), shape)
 
 
 def _entries(names, inputs, patterns, truths: list[dict[str, np.ndarray]], analytic: list[np.ndarray], skip: np.ndarray) -> list[InputEntries]:

@@ -146,6 +146,7 @@ def summary(report: GradientReport, case=None) -> dict:
         "outcome": report.verdict.outcome,
         "verdict": report.verdict.summary,
         "coverage": _coverage(report),
+        "diagnosis": [{"kind": f.kind, "words": f.words, "evidence": f.evidence} for f in report.diagnosis.findings] if report.diagnosis else [],
         "second order": {"outcome": report.second_order.outcome, "verdict": report.second_order.summary} if report.second_order else None,
         "upstream gradient drawn": report.upstream,
         "cosine to reference": report.cosine,

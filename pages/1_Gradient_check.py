@@ -8,6 +8,7 @@ from lib.compare import DEFAULT_JACOBIAN_LIMIT, PAIRS
 from lib.devices import device_problem
 from lib.figures.check import (
     conformance_table,
+    diagnosis_scatter,
     error_heatmap,
     error_histogram,
     gradient_heatmaps,
@@ -58,6 +59,22 @@ with ui.guard("This page"):
             st.warning(note, icon=":material/warning:")
         if report.failure:
             st.error(f"The formula raised {report.failure}. Its gradients are blank below; the reference's are shown.", icon=":material/error:")
+
+    # ---- the diagnosis: why, not only where --------------------------------------------------------------
+    if report is not None and (report.diagnosis is not None and report.diagnosis.findings or not report.verdict.passed):
+        st.subheader("Diagnosis")
+        if report.diagnosis is not None and report.diagnosis.findings:
+            for finding in report.diagnosis.findings:
+                st.markdown(f"**{finding.words[0].upper() + finding.words[1:]}.** {finding.evidence}.")
+        else:
+            st.markdown("No simple story explains this error: not a sign, a factor, a per-row factor, grad_output ignored, "
+                        "reduced or permuted, a transposed Jacobian, swapped inputs, a missing rank-one term, a wrong "
+                        "reduction dim or a region. The maps below show where it is.")
+        scatter = diagnosis_scatter(report)
+        if scatter is not None:
+            ui.chart(scatter, key="check_diagnosis")
+            st.caption("A right backward lies on the green diagonal; a flipped sign on the red one; a constant factor "
+                       "on a line of another slope; a factor that changes from row to row as a fan of lines, one per colour.")
 
     # ---- 2. element by element --------------------------------------------------------------------------
     if report is not None:

@@ -312,6 +312,7 @@ class Specimen:
     wrong_second: bool  # double backward wrong (or missing)
     prepare: Callable[[Tensor], Tensor] = lambda x: x
     gradcheck_blind: bool = False  # wrong, yet gradcheck passes it (its upstreams are 0 and 1 only)
+    diagnosis: str = ""  # the kind of finding the diagnosis must name (lib.diagnosis)
 
     def inputs(self, seed: int = 0) -> tuple[Tensor, ...]:
         generator = torch.Generator().manual_seed(seed)
@@ -328,23 +329,23 @@ class Specimen:
 
 
 WRONG = (
-    Specimen("ignores grad_output", SquareIgnoresGradOutput, lambda x: x * x, ((6, 5),), True, True),
-    Specimen("grad_output mean", SquareReducesGradOutput, lambda x: x * x, ((6, 5),), True, True),
-    Specimen("grad_output sum", SquareSumsGradOutput, lambda x: x * x, ((6, 5),), True, True),
-    Specimen("rows rolled", RowCubesRolled, lambda x: (x**3).sum(1), ((6, 5),), True, True),
-    Specimen("grad_output abs", SquareAbsGradOutput, lambda x: x * x, ((6, 5),), True, True, gradcheck_blind=True),
-    Specimen("added constant", SquarePlusConstant, lambda x: x * x, ((6, 5),), True, False),
-    Specimen("small leak", RowCubesLeaking, lambda x: (x**3).sum(1), ((6, 5),), True, True),
-    Specimen("transposed", MatmulTransposed, lambda x, w: x @ w, ((4, 5), (5, 5)), True, True),
-    Specimen("inputs swapped", ProductSwapped, lambda a, b: a * b * b, ((4, 5), (4, 5)), True, True),
-    Specimen("sign flipped", SineSignFlipped, torch.sin, ((6, 5),), True, True),
-    Specimen("factor", CubeFactor, lambda x: x**3, ((6, 5),), True, True),
-    Specimen("missing term", SoftmaxNoProjection, lambda x: torch.softmax(x, -1), ((4, 6),), True, True),
-    Specimen("region", StraightThroughClamp, lambda x: x.clamp(-1, 1), ((6, 5),), True, False, _away_from_kinks((-1.0, 1.0))),
-    Specimen("reduction dim", NormWrongDim, lambda x: x.norm(dim=-1), ((3, 4, 5),), True, True),
-    Specimen("not finite", CubeNaNForNegatives, lambda x: x**3, ((6, 5),), True, True),
-    Specimen("double backward", CubeWrongDoubleBackward, lambda x: x**3, ((6, 5),), False, True),
-    Specimen("detached backward", CubeDetachedBackward, lambda x: x**3, ((6, 5),), False, True),
+    Specimen("ignores grad_output", SquareIgnoresGradOutput, lambda x: x * x, ((6, 5),), True, True, diagnosis="grad_output ignored"),
+    Specimen("grad_output mean", SquareReducesGradOutput, lambda x: x * x, ((6, 5),), True, True, diagnosis="grad_output reduced"),
+    Specimen("grad_output sum", SquareSumsGradOutput, lambda x: x * x, ((6, 5),), True, True, diagnosis="grad_output reduced"),
+    Specimen("rows rolled", RowCubesRolled, lambda x: (x**3).sum(1), ((6, 5),), True, True, diagnosis="grad_output rolled"),
+    Specimen("grad_output abs", SquareAbsGradOutput, lambda x: x * x, ((6, 5),), True, True, gradcheck_blind=True, diagnosis="grad_output mixed"),
+    Specimen("added constant", SquarePlusConstant, lambda x: x * x, ((6, 5),), True, False, diagnosis="added term"),
+    Specimen("small leak", RowCubesLeaking, lambda x: (x**3).sum(1), ((6, 5),), True, True, diagnosis="grad_output mixed"),
+    Specimen("transposed", MatmulTransposed, lambda x, w: x @ w, ((4, 5), (5, 5)), True, True, diagnosis="transposed"),
+    Specimen("inputs swapped", ProductSwapped, lambda a, b: a * b * b, ((4, 5), (4, 5)), True, True, diagnosis="swapped"),
+    Specimen("sign flipped", SineSignFlipped, torch.sin, ((6, 5),), True, True, diagnosis="sign"),
+    Specimen("factor", CubeFactor, lambda x: x**3, ((6, 5),), True, True, diagnosis="factor"),
+    Specimen("missing term", SoftmaxNoProjection, lambda x: torch.softmax(x, -1), ((4, 6),), True, True, diagnosis="rank-one term"),
+    Specimen("region", StraightThroughClamp, lambda x: x.clamp(-1, 1), ((6, 5),), True, False, _away_from_kinks((-1.0, 1.0)), diagnosis="region"),
+    Specimen("reduction dim", NormWrongDim, lambda x: x.norm(dim=-1), ((3, 4, 5),), True, True, diagnosis="reduction dim"),
+    Specimen("not finite", CubeNaNForNegatives, lambda x: x**3, ((6, 5),), True, True, diagnosis="not finite"),
+    Specimen("double backward", CubeWrongDoubleBackward, lambda x: x**3, ((6, 5),), False, True, diagnosis="double backward"),
+    Specimen("detached backward", CubeDetachedBackward, lambda x: x**3, ((6, 5),), False, True, diagnosis="double backward"),
 )
 
 RIGHT = (

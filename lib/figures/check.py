@@ -389,3 +389,47 @@ def worst_elements(comparison: InputComparison, pair: Pair = DEFAULT_PAIR, k: in
             }
         )
     return rows
+
+
+MAX_DIAGNOSIS_POINTS = 20_000  # a scatter beyond this is a blur; a seeded sample is drawn
+
+
+def diagnosis_scatter(report: GradientReport) -> go.Figure | None:
+    """Every compared Jacobian entry as a point: the truth across, the formula's backward up,
+    coloured by output row. A right backward lies on the diagonal; a flipped sign on the other
+    diagonal; a constant factor on a line of another slope; a factor per row as a fan of lines."""
+    verdict = report.jacobian
+    if verdict is None or not verdict.entries:
+        return None
+    truth_name = "reference" if "reference" in verdict.entries[0].values else "numerical"
+    truth = np.concatenate([e.values[truth_name] for e in verdict.entries])
+    analytic = np.concatenate([e.values["analytic"] for e in verdict.entries])
+    rows = np.concatenate([e.rows for e in verdict.entries])
+    labels = np.concatenate([[f"{e.name}[{', '.join(map(str, np.unravel_index(c, e.shape)))}]" if e.shape else e.name
+                              for c in e.cols] for e in verdict.entries])
+    keep = np.isfinite(truth) & np.isfinite(analytic)
+    index = np.flatnonzero(keep)
+    if index.size > MAX_DIAGNOSIS_POINTS:
+        index = np.sort(np.random.default_rng(0).choice(index, MAX_DIAGNOSIS_POINTS, replace=False))
+    if not index.size:
+        return None
+    span = float(max(np.abs(truth[index]).max(), np.abs(analytic[index]).max(), 1e-300))
+    fig = go.Figure()
+    fig.add_trace(go.Scattergl(x=[-span, span], y=[-span, span], mode="lines", name="right: analytic = truth",
+                               line={"color": "#2ca02c", "dash": "dash"}, hoverinfo="skip"))
+    fig.add_trace(go.Scattergl(x=[-span, span], y=[span, -span], mode="lines", name="sign flipped: analytic = −truth",
+                               line={"color": "#d62728", "dash": "dot"}, hoverinfo="skip"))
+    fig.add_trace(go.Scattergl(
+        x=truth[index], y=analytic[index], mode="markers", name="Jacobian entries",
+        marker={"size": 5, "color": rows[index], "colorscale": "Viridis", "showscale": True,
+                "colorbar": {"title": {"text": "output row"}}},
+        customdata=np.stack([labels[index], rows[index]], axis=1),
+        hovertemplate="∂out[%{customdata[1]}] / ∂%{customdata[0]}<br>truth %{x:.4g}<br>analytic %{y:.4g}<extra></extra>",
+    ))
+    shown = f"{index.size:,} of {int(keep.sum()):,}" if index.size < keep.sum() else f"all {index.size:,}"
+    fig.update_layout(
+        title={"text": f"{report.formula}: each Jacobian entry, the formula's backward against the {truth_name} truth ({shown} entries)"},
+        xaxis_title=f"true entry ({truth_name})", yaxis_title="the formula's entry (analytic)", height=480, **LEGEND_BELOW,
+    )
+    fig.update_yaxes(scaleanchor="x", scaleratio=1)
+    return fig

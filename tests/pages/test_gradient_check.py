@@ -15,6 +15,12 @@ def titles(at) -> list[str]:
     return [json.loads(chart.proto.spec)["layout"]["title"]["text"] for chart in at.get("plotly_chart")]
 
 
+def gradient_maps(at) -> dict:
+    """The figure of the gradient maps (the first chart after the diagnosis's scatter, if any)."""
+    figures = [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+    return next(f for f in figures if "Gradient of the loss" in f["layout"]["title"]["text"])
+
+
 def has(at, words: str) -> bool:
     return any(words in t for t in titles(at))
 
@@ -28,13 +34,17 @@ def test_fresh_start_shows_the_verdict_maps_table_jacobians_downloads_and_script
     assert not at.exception
     assert at.selectbox(key="check_formula").value == "tutorial"
     errors = boxes(at, "error")  # the two verdicts only
-    assert len(errors) == 2 and errors[0].startswith("**tutorial**, first order, fails: the Jacobian entry")
+    assert len(errors) == 2 and errors[0].startswith("**tutorial**, first order, fails: sign flipped, and off by a factor per row")
+    assert "the Jacobian entry" in errors[0]  # where, after why
     assert "Jacobian entries" in errors[0]  # and what it covered
     assert errors[1].startswith("**Second order** (double backward), fails")
     assert [m.label for m in at.metric] == ["Cosine to reference", "Loss", "Forward evaluations", "Max |forward − reference|"]
     assert float(at.metric[0].value) < 0  # the tutorial's gradient is flipped
     assert any("colour groups" in c.value for c in at.caption)  # how the finite differences were taken
     shown = titles(at)
+    assert any("Diagnosis" == h.value for h in at.subheader)
+    assert "each Jacobian entry, the formula's backward against" in shown[0]
+    shown = shown[1:]  # after the diagnosis's scatter, the maps
     assert len(shown) == 4
     assert "Gradient of the loss w.r.t. x1 (8, 16)" in shown[0] and "signed error analytic − reference" in shown[1]
     assert "distribution of |analytic − reference|" in shown[2] and "Jacobian d output / d x1" in shown[3]
@@ -106,7 +116,8 @@ def test_a_backward_that_raises_is_a_message_with_the_reference_still_drawn():
     at = app(PAGE, depth="3")  # the tutorial's backward reduces the wrong dim of a 3-D input
     assert not at.exception
     errors = boxes(at, "error")
-    assert errors[0].startswith("**tutorial**, first order, fails: the formula raised in backward")
+    assert errors[0].startswith("**tutorial**, first order, fails: the backward reduces over the wrong dim")
+    assert "The formula raised in backward" in errors[0]
     assert any(e.startswith("The formula raised in backward: RuntimeError") for e in errors)
     assert any("no analytic gradient to compare" in i for i in boxes(at, "info"))  # no error map of it, and why
     assert any("the formula raised" in i for i in boxes(at, "info"))  # no Jacobians, and why
@@ -122,18 +133,18 @@ def test_a_large_input_is_drawn_for_its_first_rows_only():
     assert not at.exception
     cut = next(i for i in boxes(at, "info") if "first rows only" in i)
     assert "x1[:156, :]" in cut
-    heatmap = json.loads(at.get("plotly_chart")[0].proto.spec)["data"][0]
+    heatmap = gradient_maps(at)["data"][0]
     assert heatmap["z"]["shape"].replace(" ", "") == "156,128"  # plotly's typed array
     assert any("No Jacobians for x1" in i for i in boxes(at, "info"))
 
 
 def test_the_upstream_control_redraws_the_maps():
     at = app(PAGE, check_formula="corrected")
-    before = at.get("plotly_chart")[0].proto.spec
+    before = gradient_maps(at)
     at.selectbox(key="upstream").set_value("random").run()
     assert not at.exception and at.selectbox(key="upstream").value == "random"
     assert any("random (seeded) upstream gradient" in c.value for c in at.caption)
-    assert at.get("plotly_chart")[0].proto.spec != before  # a different product is drawn
+    assert gradient_maps(at) != before  # a different product is drawn
     assert boxes(at, "success")[0].startswith("**corrected**, first order, passes")
 
 
@@ -142,6 +153,6 @@ def test_the_colour_scale_can_be_per_panel_so_the_true_gradient_shows():
     assert at.radio(key="check_scale").value == "shared"
     at.radio(key="check_scale").set_value("per panel").run()
     assert not at.exception
-    first = json.loads(at.get("plotly_chart")[0].proto.spec)
+    first = gradient_maps(at)
     panel_titles = [a["text"] for a in first["layout"].get("annotations", [])]
     assert any("reference (colour ±" in t for t in panel_titles), panel_titles

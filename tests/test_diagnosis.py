@@ -1,0 +1,64 @@
+"""The diagnosis names why a backward is wrong: one class per zoo specimen, the gallery's own bugs
+in words, and nothing at all for a correct Function."""
+
+import pytest
+
+from lib.case import Case
+from lib.compare import compare_gradients
+from lib.family import get_family
+from lib.perturb import Perturbation
+from lib import views
+from tests import zoo
+
+
+@pytest.mark.parametrize("with_reference", [True, False], ids=["reference", "no reference"])
+@pytest.mark.parametrize("specimen", zoo.WRONG, ids=[s.name for s in zoo.WRONG])
+def test_each_class_of_bug_is_named(specimen, with_reference):
+    report = compare_gradients(specimen.family(with_reference), "f", specimen.inputs())
+    kinds = [f.kind for f in report.diagnosis.findings]
+    assert specimen.diagnosis in kinds, (kinds, report.verdict.summary)
+
+
+@pytest.mark.parametrize("specimen", zoo.RIGHT, ids=[s.name for s in zoo.RIGHT])
+def test_nothing_is_named_for_a_correct_function(specimen):
+    report = compare_gradients(specimen.family(True), "f", specimen.inputs())
+    assert report.diagnosis.findings == ()
+
+
+def test_the_tutorial_is_flipped_and_lacks_its_normalisation_on_random_inputs():
+    report = views.gradient_report(Case(), "tutorial")
+    words = report.diagnosis.words
+    assert words.startswith("sign flipped, and off by a factor per row, ‖x1‖·‖x2‖, a missing 1/(‖x1‖·‖x2‖)")
+    assert report.verdict.summary.startswith(f"fails: {words}")  # the home page's verdict line names it
+
+
+def test_on_unit_norm_inputs_the_tutorial_is_only_flipped():
+    report = views.gradient_report(Case(perturbation=Perturbation(norm1=1.0, norm2=1.0)), "tutorial")
+    assert [f.words for f in report.diagnosis.findings] == ["sign flipped"]
+
+
+def test_on_3d_inputs_the_tutorial_reduces_over_the_wrong_dim():
+    report = views.gradient_report(Case(shape=(3, 4, 5)), "tutorial")
+    assert report.diagnosis.findings[0].kind == "reduction dim"
+    assert "reduces over the wrong dim" in report.verdict.summary
+
+
+def test_softmax_without_its_projection_misses_a_rank_one_term():
+    family = get_family("softmax")
+    report = compare_gradients(family, "no-subtract", family.build_inputs((4, 6), seed=0))
+    assert [f.kind for f in report.diagnosis.findings] == ["rank-one term"]
+
+
+@pytest.mark.parametrize("family", ["cosine", "softmax", "layernorm", "gelu", "softplus", "normalize", "logsumexp"])
+def test_no_correct_formula_of_the_gallery_gets_a_diagnosis(family):
+    f = get_family(family)
+    inputs = f.build_inputs((4, 6), seed=1)
+    for name, formula in f.formulas.items():
+        if formula.correct:
+            assert compare_gradients(f, name, inputs).diagnosis.findings == ()
+
+
+def test_an_empty_pattern_is_diagnosed_without_error():
+    """Rows of one element: cosine is ±1 and its true Jacobian all zeros (found by the fuzz tests)."""
+    report = views.gradient_report(Case(shape=(8, 1)), "tutorial")
+    assert report.jacobian.coverage.structural == 0 and report.diagnosis is not None
