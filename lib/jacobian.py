@@ -25,8 +25,8 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from lib.numerical import (DEFAULT_BUDGET_BYTES, DifferencePlan, compressed_entries, numerical_entries, row_colors,
-                           vector_jacobian_products, with_values)
+from lib.numerical import (DEFAULT_BUDGET_BYTES, MAX_SECOND_LOOK, DifferencePlan, compressed_entries, look_at_elements,
+                           numerical_entries, one_sided_gaps, row_colors, vector_jacobian_products, with_values)
 from lib.tolerances import Tolerances
 
 Tensor = torch.Tensor
@@ -72,6 +72,7 @@ class Coverage:
     pattern_source: str  # where the pattern came from
     truths: tuple[str, ...] = ("numerical",)  # what the formula was compared with
     partial: str = ""  # why the pattern's entries were not compared one by one, if not
+    kinks: tuple[str, ...] = ()  # elements where the function has a kink: judged against their one-sided slopes
 
     @property
     def empty(self) -> bool:
@@ -94,6 +95,10 @@ class Coverage:
         if "numerical" not in self.truths:
             against += " (its Jacobian reproduced finite differences along random directions at this point)"
         text += f", against {against}"
+        if self.kinks:
+            shown = ", ".join(self.kinks[:3]) + ("…" if len(self.kinks) > 3 else "")
+            text += (f"; {len(self.kinks):,} element{'s' * (len(self.kinks) != 1)} not differentiable here (a kink: {shown}), "
+                     "judged against the interval between their one-sided derivatives")
         if self.excluded:
             where = ", ".join(self.excluded_where) + ("…" if self.excluded > len(self.excluded_where) else "")
             text += f"; {self.excluded:,} left out because the truth is not finite there ({where})"
@@ -109,6 +114,7 @@ class JacobianVerdict:
     probes: tuple[Probe, ...]
     zero: tuple[np.ndarray, ...] = ()  # the formula's backward for a zero upstream, per input (flat)
     output_shape: tuple[int, ...] = ()
+    second_looked: tuple[np.ndarray, ...] = ()  # per input, elements passed on a second look (kinks, the differences' noise)
 
     @property
     def outcome(self) -> str:
@@ -208,6 +214,8 @@ def check_jacobian(
             truth["reference"] = values
     entries: list[InputEntries] = []
     judged: list = []
+    kinks: list[str] = []
+    forgiven: dict = {"kink": {}, "noise": {}}  # per input, elements judged on a second look: kinks, and the differences' noise
     if not partial:
         analytic = compressed_entries(function, inputs, patterns, colors, skip, shape, budget_bytes)
         entries = _entries(names, inputs, patterns, truths, analytic, skip)
@@ -216,6 +224,8 @@ def check_jacobian(
             analytic = compressed_entries(function, inputs, patterns, colors, skip, shape, budget_bytes, batched=False)
             entries = _entries(names, inputs, patterns, truths, analytic, skip)
             judged = [compare_entries(e.values["analytic"], _truths(e.values), tolerances) for e in entries]
+        judged, kinks, forgiven = _second_look(function, inputs, entries, judged, tolerances)
+        kinks = sorted(set(kinks) | set(_marked_kinks(function, inputs, entries, plans, tolerances, budget_bytes)), key=kinks_order(entries))
 
     generator = torch.Generator().manual_seed(seed + 7919)
     upstreams = torch.randn((probes, *shape), generator=generator, dtype=torch.float64)
@@ -228,7 +238,10 @@ def check_jacobian(
         products["numerical"] = [None if t is None else torch.from_numpy(np.stack([numerical_product(*t, u, n) for u in flat_u]))
                                  for t, n in zip(numerical, sizes)]
     probe_list = tuple(
-        Probe(flat_u[k], {source: tuple(None if p is None else p[k].numpy() for p in per_input) for source, per_input in products.items()})
+        Probe(flat_u[k], {source: tuple(None if p is None else
+                                        _forgive(p[k].numpy(), forgiven["noise" if source == "numerical" else "kink"].get(i))
+                                        if source != "analytic" else p[k].numpy()
+                                        for i, p in enumerate(per_input)) for source, per_input in products.items()})
         for k in range(probes)
     )
 
@@ -250,12 +263,13 @@ def check_jacobian(
         forward_evaluations=sum(2 * len(p.directions) + (2 * p.n_groups if p.values is not None else 0) for p in plans),
         probes=probes,
         probed=probed,
+        kinks=tuple(kinks),
         truths=tuple(t for t in TRUTHS if t in products),
         pattern_source="; ".join(dict.fromkeys(p.source for p in plans)),
         partial=partial,
     )
     return JacobianVerdict(finding is None and not coverage.empty, finding or "", coverage, tuple(entries), probe_list,
-                           tuple(zero), shape)
+                           tuple(zero), shape, tuple(forgiven["noise"].get(i, np.zeros(0, dtype=np.int64)) for i in range(len(inputs))))
 
 
 def _entries(names, inputs, patterns, truths: list[dict[str, np.ndarray]], analytic: list[np.ndarray], skip: np.ndarray) -> list[InputEntries]:
@@ -310,6 +324,91 @@ def _off_pattern(entries: Sequence[InputEntries], probes: Sequence[Probe], toler
     return (f"for random upstream gradient {number}, the formula's backward gives {name}[{_index(k, shape)}] {outside:.6g} more "
             f"than its own Jacobian entries account for: it mixes grad_output across outputs (entries outside the pattern), "
             f"or is not linear in grad_output (allowed {tolerances.atol:g})")
+
+
+def _forgive(product: np.ndarray, elements: np.ndarray | None) -> np.ndarray:
+    """A numerical uᵀJ with the forgiven elements left out (NaN): there its central differences
+    are not the truth (a kink) or not precise enough to judge by (their own error)."""
+    if elements is None or not elements.size:
+        return product
+    product = product.copy()
+    product[elements] = np.nan
+    return product
+
+
+def kinks_order(entries):
+    names = [e.name for e in entries]
+    return lambda label: (names.index(label.split("[")[0]) if label.split("[")[0] in names else 0, label)
+
+
+def _marked_kinks(function, inputs, entries, plans, tolerances, budget_bytes) -> list[str]:
+    """Every element where the function has a kink, whether or not the formula's entry fails
+    there: where the finite differences were taken, the entries whose one-sided slopes part by
+    more than the verdict's tolerance and their own rounding, confirmed element by element (the
+    gap must stay as h doubles)."""
+    found = []
+    for i, (e, plan) in enumerate(zip(entries, plans)):
+        if plan.values is None:
+            continue
+        gaps, rounding = one_sided_gaps(function, inputs, plan, budget_bytes)
+        cols = plan.cols if plan.structured else _all_columns(plan)  # a dense plan's entries: every (row, col)
+        suspect = (gaps > tolerances.atol + tolerances.rtol * np.abs(plan.values)) & (gaps > 16 * rounding)
+        elements = np.unique(cols[suspect])
+        if not elements.size or elements.size > MAX_SECOND_LOOK:
+            continue
+        looks = look_at_elements(function, inputs, i, elements.tolist(), tolerances.step)
+        found += [f"{e.name}[{_index(int(c), e.shape)}]" for c in elements if looks[int(c)].kink.any()]
+    return found
+
+
+def _all_columns(plan: DifferencePlan) -> np.ndarray:
+    return np.tile(np.arange(plan.n_inputs), plan.n_outputs)
+
+
+def _second_look(function, inputs, entries, judged, tolerances):
+    """Failing entries looked at again, element by element (up to MAX_SECOND_LOOK elements per
+    input): at a kink (one-sided slopes that disagree and stay apart as h halves) the formula's
+    entry passes if it lies between them, whatever the reference chose there (ties in max have
+    many right answers); elsewhere an entry that fails only against the finite differences fails
+    only if it also misses the central difference by several times that difference's own error
+    (Richardson's truncation estimate and the dtype's rounding). Returns the judgements, the
+    kinks named, and per input the elements whose truth the differences are not (kinks) and
+    those they could not judge (their noise)."""
+    kinks, forgiven = [], {"kink": {}, "noise": {}}
+    new_judged = []
+    for i, (e, (excess, left_out, against)) in enumerate(zip(entries, judged)):
+        if "numerical" not in e.values or against is None:
+            new_judged.append((excess, left_out, against))
+            continue
+        only_numerical = excess > 0
+        if "reference" in e.values:
+            ref_excess, _, _ = compare_entries(e.values["analytic"], {"reference": e.values["reference"]}, tolerances)
+            only_numerical &= ~(ref_excess > 0)
+        failing = np.flatnonzero(excess > 0)
+        elements = np.unique(e.cols[failing])
+        if elements.size > MAX_SECOND_LOOK:
+            new_judged.append((excess, left_out, against))
+            continue
+        looks = look_at_elements(function, inputs, i, elements.tolist(), tolerances.step)
+        excess = excess.copy()
+        kinked, noisy = set(), set()
+        for k in failing:
+            look, r, a = looks[int(e.cols[k])], int(e.rows[k]), e.values["analytic"][k]
+            allowed = tolerances.atol + tolerances.rtol * abs(look.central[r])
+            if look.kink[r]:
+                low, high = sorted((look.forward[r], look.backward[r]))
+                if low - allowed <= a <= high + allowed:
+                    excess[k] = -np.inf
+                    kinked.add(int(e.cols[k]))
+            elif only_numerical[k] and abs(a - look.central[r]) <= allowed + 4 * (look.truncation[r] + look.rounding[r]):
+                excess[k] = -np.inf
+                noisy.add(int(e.cols[k]))
+        kinks += [f"{e.name}[{_index(c, e.shape)}]" for c in sorted(kinked)]
+        forgiven["kink"][i] = np.array(sorted(kinked), dtype=np.int64)
+        forgiven["noise"][i] = np.array(sorted(noisy | kinked), dtype=np.int64)
+        still = excess.max(initial=-np.inf) > 0
+        new_judged.append((excess, left_out, against if still else None))
+    return new_judged, kinks, forgiven
 
 
 def _probe_truths(probe: Probe, index: int) -> dict[str, np.ndarray]:

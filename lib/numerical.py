@@ -92,12 +92,15 @@ def _evaluate_batch(function: Callable[..., Tensor], inputs: Sequence[Tensor], i
     return torch.stack([at(x) for x in batch])
 
 
-def _difference(function, inputs, index: int, both: Tensor, step: float, batched: bool = True) -> Tensor:
+def _difference(function, inputs, index: int, both: Tensor, step: float, batched: bool = True, base: Tensor | None = None) -> Tensor:
     """(f(x + h·d) − f(x − h·d)) / 2h for a batch holding the k plus copies, then the k minus
-    copies (one evaluation call for both), flattened to (k, outputs)."""
+    copies (one evaluation call for both), flattened to (k, outputs). With ``base`` = f(x): the
+    gap between the one-sided slopes instead, |f(x + h·d) + f(x − h·d) − 2 f(x)| / h."""
     k = both.shape[0] // 2
     with torch.no_grad():
         values = _evaluate_batch(function, inputs, index, both, batched)
+    if base is not None:
+        return ((values[:k] + values[k:] - 2 * base) / step).abs().reshape(k, -1)
     return ((values[:k] - values[k:]) / (2 * step)).reshape(k, -1)
 
 
@@ -109,9 +112,10 @@ def along_direction(function, inputs, index: int, direction: Tensor, step: float
     return _difference(function, inputs, index, torch.stack([x + d, x - d]), step, batched=False)[0]
 
 
-def group_differences(function, inputs, plan: DifferencePlan, step: float, chunk: int) -> Iterator[tuple[int, Tensor]]:
+def group_differences(function, inputs, plan: DifferencePlan, step: float, chunk: int, base: Tensor | None = None) -> Iterator[tuple[int, Tensor]]:
     """For each chunk of perturbation groups (colours, or single elements): the first group and
-    (f(x + h·e_g) − f(x − h·e_g)) / 2h per group g, as (k, outputs)."""
+    (f(x + h·e_g) − f(x − h·e_g)) / 2h per group g, as (k, outputs) (with ``base``: the gaps
+    between one-sided slopes, see ``_difference``)."""
     x = inputs[plan.input_index]
     n = plan.n_inputs
     group = torch.from_numpy(plan.colors) if plan.colors is not None else torch.arange(n)
@@ -126,7 +130,7 @@ def group_differences(function, inputs, plan: DifferencePlan, step: float, chunk
         both = flat.repeat(2 * k, 1)
         both[rows, elements] += step
         both[rows + k, elements] -= step
-        yield start, _difference(function, inputs, plan.input_index, both.reshape(2 * k, *x.shape), step, plan.batched)
+        yield start, _difference(function, inputs, plan.input_index, both.reshape(2 * k, *x.shape), step, plan.batched, base)
 
 
 # ---- discovering structure -------------------------------------------------------------------------
@@ -451,18 +455,18 @@ def _checked_plans(function, reference, inputs, base: Sequence[DifferencePlan], 
 # ---- what the plan gives ---------------------------------------------------------------------------
 
 
-def _blocks(function, inputs, plan: DifferencePlan, step: float, budget_bytes: int) -> Iterator[tuple[int, np.ndarray]]:
+def _blocks(function, inputs, plan: DifferencePlan, step: float, budget_bytes: int, base: Tensor | None = None) -> Iterator[tuple[int, np.ndarray]]:
     x = inputs[plan.input_index]
     chunk = _chunk_size(plan.n_inputs, plan.n_outputs, x.element_size(), budget_bytes)
-    for first, block in group_differences(function, inputs, plan, step, chunk):
+    for first, block in group_differences(function, inputs, plan, step, chunk, base):
         yield first, block.double().cpu().numpy()
 
 
-def _compressed_values(function, inputs, plan: DifferencePlan, step: float, budget_bytes: int) -> np.ndarray:
-    """Entry (r, c) of the pattern is row r of its colour's difference."""
+def _compressed_values(function, inputs, plan: DifferencePlan, step: float, budget_bytes: int, base: Tensor | None = None) -> np.ndarray:
+    """Entry (r, c) of the pattern is row r of its colour's difference (with ``base``: its gap)."""
     values = np.zeros(plan.rows.size)
     color_of_entry = plan.colors[plan.cols]
-    for first, block in _blocks(function, inputs, plan, step, budget_bytes):
+    for first, block in _blocks(function, inputs, plan, step, budget_bytes, base):
         if first == 0 and block.shape[0] == plan.n_groups:  # one block holds every colour: no masks
             return block[color_of_entry, plan.rows]
         entries = np.nonzero((color_of_entry >= first) & (color_of_entry < first + block.shape[0]))[0]
@@ -564,3 +568,86 @@ def numerical_gradient(
     rows, cols = (plan.rows, plan.cols) if plan.structured else _all_entries(plan.n_outputs, plan.n_inputs)
     gradient = gradient_from_entries(rows, cols, values, v, plan.skip_rows, plan.n_inputs)
     return gradient.reshape(tuple(inputs[plan.input_index].shape))
+
+
+# ---- a second look at single elements: one-sided differences at two steps -------------------------
+
+MAX_SECOND_LOOK = 256  # elements re-examined one by one when their entries fail against differences
+
+
+@dataclass(frozen=True)
+class ElementLook:
+    """Plain central and one-sided differences along one element, at step h and 2h, over every
+    output, and the rounding they carry: what tells a kink from a smooth point, and the
+    differences' own error from a real disagreement."""
+
+    forward: np.ndarray  # (f(x + h e) − f(x)) / h
+    backward: np.ndarray  # (f(x) − f(x − h e)) / h
+    forward_wide: np.ndarray  # the same at 2h
+    backward_wide: np.ndarray
+    rounding: np.ndarray  # eps·(|f(x)| + |f(x ± h e)|) / h: the rounding in a difference at h
+
+    @property
+    def central(self) -> np.ndarray:
+        return (self.forward + self.backward) / 2
+
+    @property
+    def truncation(self) -> np.ndarray:
+        """Richardson: a central difference's error is ≈ (D(h) − D(2h)) / 3."""
+        return np.abs(self.central - (self.forward_wide + self.backward_wide) / 2) / 3
+
+    @property
+    def kink(self) -> np.ndarray:
+        """Where the one-sided slopes disagree by more than the rounding and do not come
+        together as h halves (at a smooth point their gap is h·f'', halving with h)."""
+        gap, wide_gap = np.abs(self.forward - self.backward), np.abs(self.forward_wide - self.backward_wide)
+        return (gap > 16 * self.rounding) & (wide_gap < 1.5 * gap)
+
+
+def look_at_elements(function, inputs: Sequence[Tensor], index: int, elements: Sequence[int], step: float) -> dict[int, ElementLook]:
+    """Each element's ``ElementLook``, by plain calls (never vmap)."""
+    x = inputs[index]
+    flat = x.detach().reshape(-1)
+    eps = torch.finfo(x.dtype).eps if x.is_floating_point() else 0.0
+
+    def at(shift: Tensor) -> np.ndarray:
+        moved = (flat + shift).reshape(x.shape)
+        with torch.no_grad():
+            out = function(*inputs[:index], moved, *inputs[index + 1 :])
+        return out.detach().double().cpu().reshape(-1).numpy()
+
+    base = at(torch.zeros_like(flat))
+    looks = {}
+    for element in elements:
+        e = torch.zeros_like(flat)
+        e[element] = 1.0
+        plus, minus = at(step * e), at(-step * e)
+        plus2, minus2 = at(2 * step * e), at(-2 * step * e)
+        with np.errstate(invalid="ignore", over="ignore"):
+            looks[element] = ElementLook(
+                forward=(plus - base) / step, backward=(base - minus) / step,
+                forward_wide=(plus2 - base) / (2 * step), backward_wide=(base - minus2) / (2 * step),
+                rounding=eps * (np.abs(base) + np.maximum(np.abs(plus), np.abs(minus))) / step,
+            )
+    return looks
+
+
+def one_sided_gaps(function, inputs, plan: DifferencePlan, budget_bytes: int = DEFAULT_BUDGET_BYTES) -> tuple[np.ndarray, np.ndarray]:
+    """For every entry the plan gives (on its pattern, or all of them, flat): the gap between its
+    one-sided slopes, |f(x + h) + f(x − h) − 2 f(x)| / h, and the rounding that gap carries,
+    eps·|f(x)|/h: at a smooth point the gap is h·f'', at a kink the jump of the slope."""
+    with torch.no_grad():
+        base = function(*inputs)
+    x = inputs[plan.input_index]
+    eps = torch.finfo(x.dtype).eps if x.is_floating_point() else 0.0
+    flat_base = base.detach().double().cpu().reshape(-1).numpy()
+    if plan.structured:
+        gaps = _compressed_values(function, inputs, plan, plan.step, budget_bytes, base.reshape(1, *base.shape))
+        rows = plan.rows
+    else:
+        gaps = np.zeros((plan.n_outputs, plan.n_inputs))
+        for first, block in _blocks(function, inputs, plan, plan.step, budget_bytes, base.reshape(1, *base.shape)):
+            gaps[:, first : first + block.shape[0]] = block.T
+        gaps = gaps.reshape(-1)
+        rows, _ = _all_entries(plan.n_outputs, plan.n_inputs)
+    return gaps, eps * np.abs(flat_base[rows]) / plan.step

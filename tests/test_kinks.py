@@ -1,0 +1,68 @@
+"""Kinks: at an element where a function is not differentiable (ReLU and |x| at 0, a tie in max,
+a clamp at its bound), a correct backward's subgradient passes, judged against the interval of
+the one-sided derivatives, and the element is named; gradcheck fails the same Functions there.
+A backward outside that interval still fails."""
+
+import pytest
+import torch
+
+from lib.compare import compare_gradients
+from lib.family import Family, Formula
+from tests import zoo
+
+
+class ReluTwiceAtZero(zoo.Relu):
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * torch.where(x == 0, torch.full_like(x, 2.0), (x > 0).to(g))  # 2 at the kink: no subgradient
+
+
+def family(function, reference, with_reference=True) -> Family:
+    return Family(name="kink", title="kink", description="", input_names=("x",), reference=reference if with_reference else None,
+                  formulas={"f": Formula("f", function.apply, "", "", True)}, build_inputs=lambda *a, **k: None, loss=lambda y: y.sum())
+
+
+def on_kinks(kinks: tuple[float, ...], shape=(4, 5)) -> torch.Tensor:
+    """Standard normals with every other element moved exactly onto a kink."""
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    flat = x.reshape(-1)
+    flat[::2] = torch.tensor(kinks, dtype=torch.float64).repeat(flat[::2].numel() // len(kinks) + 1)[: flat[::2].numel()]
+    return x
+
+
+def tied_rows(shape=(4, 5)) -> torch.Tensor:
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    x[:, 1] = x.max(1).values  # a tie for every row's maximum
+    return x
+
+
+CASES = {  # name -> (Function, reference, inputs, whether gradcheck's slow mode fails it there)
+    "relu at 0": (zoo.Relu, torch.relu, lambda: on_kinks((0.0,)), True),
+    "abs at 0": (zoo.Abs, torch.abs, lambda: on_kinks((0.0,)), False),  # sign(0) = 0 is the central difference too
+    "clamp at its bounds": (zoo.Clamp, lambda x: x.clamp(-1, 1), lambda: on_kinks((-1.0, 1.0)), True),
+    "max with ties": (zoo.RowMax, lambda x: x.max(1).values, tied_rows, True),
+}
+
+
+@pytest.mark.parametrize("with_reference", [True, False], ids=["reference", "no reference"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_correct_backward_on_kinks_passes_and_the_kinks_are_named(name, with_reference):
+    function, reference, inputs, gradcheck_fails = CASES[name]
+    x = inputs()
+    report = compare_gradients(family(function, reference, with_reference), "f", (x,))
+    assert report.verdict.passed, report.verdict.summary
+    assert report.jacobian.coverage.kinks and "not differentiable here" in report.verdict.summary
+    passed = torch.autograd.gradcheck(function.apply, (x.clone().requires_grad_(),), fast_mode=False, raise_exception=False)
+    assert passed != gradcheck_fails  # where gradcheck raises a false alarm, the verdict does not
+
+
+def test_a_backward_outside_the_one_sided_derivatives_fails_at_a_kink():
+    report = compare_gradients(family(ReluTwiceAtZero, torch.relu), "f", (on_kinks((0.0,)),))
+    assert not report.verdict.passed
+
+
+def test_a_wrong_backward_away_from_kinks_still_fails():
+    specimen = next(s for s in zoo.WRONG if s.name == "region")
+    report = compare_gradients(specimen.family(False), "f", specimen.inputs())
+    assert not report.verdict.passed and not report.jacobian.coverage.kinks
