@@ -413,7 +413,7 @@ def diagnosis_scatter(report: GradientReport) -> go.Figure | None:
         index = np.sort(np.random.default_rng(0).choice(index, MAX_DIAGNOSIS_POINTS, replace=False))
     if not index.size:
         return None
-    span = float(max(np.abs(truth[index]).max(), np.abs(analytic[index]).max(), 1e-300))
+    span = float(max(np.abs(truth[index]).max(), 1e-300))  # the lines over the truth's range; each axis scales to its data
     fig = go.Figure()
     fig.add_trace(go.Scattergl(x=[-span, span], y=[-span, span], mode="lines", name="right: analytic = truth",
                                line={"color": "#2ca02c", "dash": "dash"}, hoverinfo="skip"))
@@ -431,5 +431,4 @@ def diagnosis_scatter(report: GradientReport) -> go.Figure | None:
         title={"text": f"{report.formula}: each Jacobian entry, the formula's backward against the {truth_name} truth ({shown} entries)"},
         xaxis_title=f"true entry ({truth_name})", yaxis_title="the formula's entry (analytic)", height=480, **LEGEND_BELOW,
     )
-    fig.update_yaxes(scaleanchor="x", scaleratio=1)
     return fig
