@@ -391,7 +391,7 @@ def worst_elements(comparison: InputComparison, pair: Pair = DEFAULT_PAIR, k: in
     return rows
 
 
-MAX_DIAGNOSIS_POINTS = 20_000  # a scatter beyond this is a blur; a seeded sample is drawn
+MAX_DIAGNOSIS_POINTS = 4_000  # a scatter beyond this is a blur (and slow as SVG); a seeded sample is drawn
 
 
 def diagnosis_scatter(report: GradientReport) -> go.Figure | None:
@@ -415,11 +415,11 @@ def diagnosis_scatter(report: GradientReport) -> go.Figure | None:
         return None
     span = float(max(np.abs(truth[index]).max(), 1e-300))  # the lines over the truth's range; each axis scales to its data
     fig = go.Figure()
-    fig.add_trace(go.Scattergl(x=[-span, span], y=[-span, span], mode="lines", name="right: analytic = truth",
+    fig.add_trace(go.Scatter(x=[-span, span], y=[-span, span], mode="lines", name="right: analytic = truth",
                                line={"color": "#2ca02c", "dash": "dash"}, hoverinfo="skip"))
-    fig.add_trace(go.Scattergl(x=[-span, span], y=[span, -span], mode="lines", name="sign flipped: analytic = −truth",
+    fig.add_trace(go.Scatter(x=[-span, span], y=[span, -span], mode="lines", name="sign flipped: analytic = −truth",
                                line={"color": "#d62728", "dash": "dot"}, hoverinfo="skip"))
-    fig.add_trace(go.Scattergl(
+    fig.add_trace(go.Scatter(
         x=truth[index], y=analytic[index], mode="markers", name="Jacobian entries",
         marker={"size": 5, "color": rows[index], "colorscale": "Viridis", "showscale": True,
                 "colorbar": {"title": {"text": "output row"}}},

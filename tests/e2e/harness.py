@@ -213,8 +213,10 @@ def query_of(url: str) -> dict[str, str]:
 
 
 def signature(charts: list[dict]) -> str:
-    """One hash of every chart's data and title."""
-    return hashlib.sha256(json.dumps([(c["key"], c["text"]) for c in charts]).encode()).hexdigest()
+    """One hash of every chart's data and title. Streamlit's frontend wraps a title in <b> once
+    more each time it redraws the same chart, so the tags are left out."""
+    text = [(c["key"], c["text"].replace("<b>", "").replace("</b>", "")) for c in charts]
+    return hashlib.sha256(json.dumps(text).encode()).hexdigest()
 
 
 def widget(key: str) -> str:

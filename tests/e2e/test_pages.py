@@ -48,10 +48,12 @@ def changed_content(page, check: PageCheck, previous: str, timeout: float = 15.0
     """What the page draws once it differs from ``previous`` (the grid and plotly redraw after the
     run has finished), or what it still draws after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
+    last = None
     while True:
         now = content(page, check)
-        if now != previous or time.monotonic() > deadline:
+        if (now != previous and now == last) or time.monotonic() > deadline:  # changed, and settled: the same twice
             return now
+        last = now
         time.sleep(0.25)
 
 
