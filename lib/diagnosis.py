@@ -180,8 +180,10 @@ def _row_factor_and_own_term(verdict, a, t, finite, inputs, tolerances) -> Findi
         return None
     coefficients = np.zeros((m, design.shape[1]))
     fitted = np.zeros(rows.size)
+    order = np.argsort(rows, kind="stable")  # entries grouped by row: each row's fit is a slice
+    bounds = np.searchsorted(rows[order], np.arange(m + 1))
     for r in range(m):
-        mine = rows == r
+        mine = order[bounds[r] : bounds[r + 1]]
         solution, *_ = np.linalg.lstsq(design[mine], a[mine], rcond=None)
         coefficients[r] = solution
         fitted[mine] = design[mine] @ solution
@@ -233,8 +235,13 @@ def _what_it_follows(factors: np.ndarray, known: np.ndarray, verdict, inputs) ->
     return f"{what}{scaled}{missing}"
 
 
+MAX_ENTRIES_BY_HAND = 200_000  # hypotheses that walk the entries in Python stop above this many
+
+
 def _transposed(verdict, a, t, finite, inputs, tolerances) -> Finding | None:
     """A(r, c) = T(c, r): for an input whose Jacobian is square."""
+    if a.size > MAX_ENTRIES_BY_HAND:
+        return None
     for e in verdict.entries:
         size = int(np.prod(e.shape)) if e.shape else 1
         if size != e.values["analytic"].size and size * size < e.values["analytic"].size:
@@ -410,6 +417,8 @@ def _ones_product(verdict) -> np.ndarray | None:
 def _rank_one_term(verdict, tolerances) -> Finding | None:
     """A − T of rank one within each block of outputs sharing their inputs (softmax's missing
     projection −y yᵀ, say)."""
+    if sum(e.rows.size for e in verdict.entries) > MAX_ENTRIES_BY_HAND:
+        return None
     for e in verdict.entries:
         d = e.values["analytic"] - _truth(e.values)
         if not np.all(np.isfinite(d)):

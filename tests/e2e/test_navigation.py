@@ -35,23 +35,24 @@ def test_a_case_from_a_link_survives_a_tour_of_every_page(page, app_url):
         assert harness.errors(page) == [], name
 
 
-def test_a_setting_changed_on_one_page_is_there_on_the_next(page, app_url):
-    page.goto(harness.deep_link(app_url, "training", rows="3"))
+def open_and_pick(page, url: str, key: str, option: str) -> None:
+    """Open ``url``, pick ``option`` in the select ``key``, and wait for the rerun."""
+    page.goto(url)
     harness.wait_idle(page)
     runs = harness.finished_runs(page)
-    harness.pick_option(page, "dtype", "float32")
+    harness.pick_option(page, key, option)
     harness.wait_rerun(page, runs)
+
+
+def test_a_setting_changed_on_one_page_is_there_on_the_next(page, app_url):
+    open_and_pick(page, harness.deep_link(app_url, "training", rows="3"), "dtype", "float32")
     harness.go_to(page, "loss_surface")
     assert harness.select_value(page, "dtype") == "float32" and harness.number_value(page, "rows") == "3"
     assert harness.query_of(page.url).get("dtype") == "float32"
 
 
 def test_a_pages_own_settings_come_back_when_the_user_returns(page, app_url):
-    page.goto(harness.deep_link(app_url, "training", rows="3"))
-    harness.wait_idle(page)
-    runs = harness.finished_runs(page)
-    harness.pick_option(page, "train_optimizer", "Adam")
-    harness.wait_rerun(page, runs)
+    open_and_pick(page, harness.deep_link(app_url, "training", rows="3"), "train_optimizer", "Adam")
     harness.go_to(page, "home")
     assert "train_optimizer" not in harness.query_of(page.url)  # another page's setting stays with its page
     harness.go_to(page, "training")
