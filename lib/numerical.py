@@ -46,6 +46,7 @@ class DifferencePlan:
     skip_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # outputs not finite at the point: left out of Jᵀv
     step: float = 0.0
     values: np.ndarray | None = None  # the numerical Jacobian on the pattern at ``step``, once computed
+    gaps: np.ndarray | None = None  # with it: each entry's gap between its one-sided slopes (a kink's mark)
     reference_values: np.ndarray | None = None  # the reference's Jacobian on the pattern, when it passed the check
     batched: bool = True  # evaluate perturbed copies under vmap; False once vmap was caught disagreeing
     directions: tuple[np.ndarray, ...] = ()  # random ±1 directions (flat) ...
@@ -94,14 +95,16 @@ def _evaluate_batch(function: Callable[..., Tensor], inputs: Sequence[Tensor], i
 
 def _difference(function, inputs, index: int, both: Tensor, step: float, batched: bool = True, base: Tensor | None = None) -> Tensor:
     """(f(x + h·d) − f(x − h·d)) / 2h for a batch holding the k plus copies, then the k minus
-    copies (one evaluation call for both), flattened to (k, outputs). With ``base`` = f(x): the
-    gap between the one-sided slopes instead, |f(x + h·d) + f(x − h·d) − 2 f(x)| / h."""
+    copies (one evaluation call for both), flattened to (k, outputs). With ``base`` = f(x): that
+    and, from the same evaluations, the gap between the one-sided slopes,
+    |f(x + h·d) + f(x − h·d) − 2 f(x)| / h, stacked as (2, k, outputs)."""
     k = both.shape[0] // 2
     with torch.no_grad():
         values = _evaluate_batch(function, inputs, index, both, batched)
-    if base is not None:
-        return ((values[:k] + values[k:] - 2 * base) / step).abs().reshape(k, -1)
-    return ((values[:k] - values[k:]) / (2 * step)).reshape(k, -1)
+    central = ((values[:k] - values[k:]) / (2 * step)).reshape(k, -1)
+    if base is not None:  # the same evaluations give the gaps too: (2, k, outputs)
+        return torch.stack([central, ((values[:k] + values[k:] - 2 * base) / step).abs().reshape(k, -1)])
+    return central
 
 
 def along_direction(function, inputs, index: int, direction: Tensor, step: float) -> Tensor:
@@ -459,25 +462,27 @@ def _blocks(function, inputs, plan: DifferencePlan, step: float, budget_bytes: i
     x = inputs[plan.input_index]
     chunk = _chunk_size(plan.n_inputs, plan.n_outputs, x.element_size(), budget_bytes)
     for first, block in group_differences(function, inputs, plan, step, chunk, base):
-        yield first, block.double().cpu().numpy()
+        yield first, block.double().cpu().numpy()  # (k, outputs), or (2, k, outputs) with base
 
 
 def _compressed_values(function, inputs, plan: DifferencePlan, step: float, budget_bytes: int, base: Tensor | None = None) -> np.ndarray:
-    """Entry (r, c) of the pattern is row r of its colour's difference (with ``base``: its gap)."""
-    values = np.zeros(plan.rows.size)
+    """Entry (r, c) of the pattern is row r of its colour's difference; with ``base``, (2, entries):
+    the differences and the gaps between one-sided slopes, from the same evaluations."""
     color_of_entry = plan.colors[plan.cols]
+    values = np.zeros((2, plan.rows.size)) if base is not None else np.zeros(plan.rows.size)
     for first, block in _blocks(function, inputs, plan, step, budget_bytes, base):
-        if first == 0 and block.shape[0] == plan.n_groups:  # one block holds every colour: no masks
-            return block[color_of_entry, plan.rows]
-        entries = np.nonzero((color_of_entry >= first) & (color_of_entry < first + block.shape[0]))[0]
-        values[entries] = block[color_of_entry[entries] - first, plan.rows[entries]]
+        k = block.shape[-2]
+        entries = np.nonzero((color_of_entry >= first) & (color_of_entry < first + k))[0]
+        values[..., entries] = block[..., color_of_entry[entries] - first, plan.rows[entries]]
     return values
 
 
-def _dense_jacobian(function, inputs, plan: DifferencePlan, step: float, budget_bytes: int) -> np.ndarray:
-    jacobian = np.zeros((plan.n_outputs, plan.n_inputs))
-    for first, block in _blocks(function, inputs, plan, step, budget_bytes):
-        jacobian[:, first : first + block.shape[0]] = block.T
+def _dense_jacobian(function, inputs, plan: DifferencePlan, step: float, budget_bytes: int, base: Tensor | None = None) -> np.ndarray:
+    """The whole numerical Jacobian (outputs, inputs); with ``base``, (2, outputs, inputs): and its gaps."""
+    jacobian = np.zeros((2, plan.n_outputs, plan.n_inputs) if base is not None else (plan.n_outputs, plan.n_inputs))
+    for first, block in _blocks(function, inputs, plan, step, budget_bytes, base):
+        k = block.shape[-2]
+        jacobian[..., first : first + k] = np.swapaxes(block, -1, -2)
     return jacobian
 
 
@@ -493,14 +498,26 @@ def with_values(function, inputs, plan: DifferencePlan, budget_bytes: int = DEFA
     they are kept, and the plan says so (else the differences' own noise was the cause)."""
     if plan.values is not None:
         return plan
-    values = _compute_values(function, inputs, plan, plan.step, budget_bytes)
+    values, gaps = _values_and_gaps(function, inputs, plan, budget_bytes)
     rows, cols = (plan.rows, plan.cols) if plan.structured else _all_entries(plan.n_outputs, plan.n_inputs)
     if plan.batched and plan.directions and not reproduces(plan, rows, cols, values):
         plain = replace(plan, batched=False)
-        plain_values = _compute_values(function, inputs, plain, plan.step, budget_bytes)
+        plain_values, plain_gaps = _values_and_gaps(function, inputs, plain, budget_bytes)
         if reproduces(plan, rows, cols, plain_values):  # vmap was the culprit, not the differences' own noise
-            return replace(plain, values=plain_values, source=plan.source + "; evaluated one copy at a time (vmap disagreed with plain calls)")
-    return replace(plan, values=values)
+            return replace(plain, values=plain_values, gaps=plain_gaps,
+                           source=plan.source + "; evaluated one copy at a time (vmap disagreed with plain calls)")
+    return replace(plan, values=values, gaps=gaps)
+
+
+def _values_and_gaps(function, inputs, plan: DifferencePlan, budget_bytes: int) -> tuple[np.ndarray, np.ndarray]:
+    """The numerical Jacobian's values (on the pattern, or whole and flat) and the gaps between
+    their one-sided slopes, from one set of evaluations (and f(x) once)."""
+    with torch.no_grad():
+        base = function(*inputs)
+    base = base.reshape(1, *base.shape)
+    both = (_compressed_values(function, inputs, plan, plan.step, budget_bytes, base) if plan.structured
+            else _dense_jacobian(function, inputs, plan, plan.step, budget_bytes, base).reshape(2, -1))
+    return both[0], both[1]
 
 
 def _compute_values(function, inputs, plan: DifferencePlan, step: float, budget_bytes: int) -> np.ndarray:
@@ -636,18 +653,11 @@ def one_sided_gaps(function, inputs, plan: DifferencePlan, budget_bytes: int = D
     """For every entry the plan gives (on its pattern, or all of them, flat): the gap between its
     one-sided slopes, |f(x + h) + f(x − h) − 2 f(x)| / h, and the rounding that gap carries,
     eps·|f(x)|/h: at a smooth point the gap is h·f'', at a kink the jump of the slope."""
+    plan = with_values(function, inputs, plan, budget_bytes)
     with torch.no_grad():
         base = function(*inputs)
     x = inputs[plan.input_index]
     eps = torch.finfo(x.dtype).eps if x.is_floating_point() else 0.0
     flat_base = base.detach().double().cpu().reshape(-1).numpy()
-    if plan.structured:
-        gaps = _compressed_values(function, inputs, plan, plan.step, budget_bytes, base.reshape(1, *base.shape))
-        rows = plan.rows
-    else:
-        gaps = np.zeros((plan.n_outputs, plan.n_inputs))
-        for first, block in _blocks(function, inputs, plan, plan.step, budget_bytes, base.reshape(1, *base.shape)):
-            gaps[:, first : first + block.shape[0]] = block.T
-        gaps = gaps.reshape(-1)
-        rows, _ = _all_entries(plan.n_outputs, plan.n_inputs)
-    return gaps, eps * np.abs(flat_base[rows]) / plan.step
+    rows = plan.rows if plan.structured else _all_entries(plan.n_outputs, plan.n_inputs)[0]
+    return plan.gaps, eps * np.abs(flat_base[rows]) / plan.step

@@ -188,7 +188,8 @@ def _aligned(x1: Tensor, x2: Tensor, dim: int) -> tuple[Tensor, Tensor, int]:
 
 def _transformed() -> bool:
     """Whether a torch.func transform (vmap, grad, ...) is running: then no branch may depend
-    on values, so the always-safe path is taken."""
+    on values. The backward takes its always-safe path there; the forward its one-pass formula
+    (the overflow of extreme norms is the price, as in PyTorch)."""
     return torch._C._functorch.peek_interpreter_stack() is not None
 
 
@@ -197,7 +198,9 @@ def _norm(x: Tensor, dim: int) -> Tensor:
     1e20, say) the row is scaled by its largest element first. PyTorch's own norm gives inf
     there, and its cosine 0 for parallel rows; this one gives the right value."""
     norm = torch.linalg.vector_norm(x, dim=dim, keepdim=True)
-    if not _transformed() and not bool(torch.isinf(norm).any()):
+    # under a transform (finite differences' vmap, torch.func) no branch may read values: the
+    # plain norm, as PyTorch's own, there
+    if _transformed() or not bool(torch.isinf(norm).any()):
         return norm
     # rows whose squares overflow although every element is finite: scaled by their largest element
     largest = x.abs().amax(dim=dim, keepdim=True)
@@ -231,6 +234,8 @@ def _cosine(a1: Tensor, a2: Tensor, dim: int, eps: float) -> Tensor:
     else each input normalised first, as PyTorch does, so that nothing overflows."""
     n1, n2 = _norm(a1, dim), _norm(a2, dim)
     c1, c2 = n1.clamp_min(eps), n2.clamp_min(eps)
+    if _transformed():  # no branch on values under a transform: the one-pass formula, as fast as finite differences need
+        return torch.linalg.vecdot(a1, a2, dim=dim) / (c1 * c2).squeeze(dim)
     if _fits(n1 * n2, c1 * c2):
         y = torch.linalg.vecdot(a1, a2, dim=dim) / (c1 * c2).squeeze(dim)
         if bool(torch.isfinite(y).all()) or not bool(torch.isfinite(a1).all() & torch.isfinite(a2).all()):
