@@ -451,10 +451,18 @@ DEFAULT_STEPS = tuple(10.0**-k for k in np.arange(1, 12.5, 0.5))  # 1e-1 … 1e-
 
 @dataclass(frozen=True)
 class StepSweep:
-    """Max |numerical − reference| over all inputs, for each step and dtype."""
+    """Max |numerical − reference| over all inputs, for each step and dtype; and the Taylor test:
+    max |numerical − analytic| (the formula's own backward) for each step, in float64."""
 
     steps: tuple[float, ...]
     errors: dict[str, tuple[float, ...]]  # dtype name -> error per step
+    taylor: tuple[float, ...] = ()  # float64: |numerical(h) − analytic| per step; ∝ h² for a right backward
+
+    def plateau(self) -> float:
+        """Where the Taylor test flattens out: the smallest |numerical − analytic| over the steps
+        (for a wrong backward, about the size of the bug; for a right one, round-off)."""
+        finite = [t for t in self.taylor if math.isfinite(t)]
+        return min(finite) if finite else math.nan
 
     def best_step(self, dtype: str) -> float:
         """The step with the smallest finite error; NaN when no step gave a finite one."""
@@ -502,7 +510,24 @@ def step_sweep(
                 estimate = [numerical_gradient(run, xs, p, upstream.to(dtype), h, budget_bytes) for p in plans]
                 per_step.append(float(max(np.nanmax(np.abs(e - t)) if np.isfinite(e).any() else math.inf for e, t in zip(estimate, truth))))
         errors[str(dtype).removeprefix("torch.")] = tuple(per_step)
-    return StepSweep(tuple(float(h) for h in steps), errors)
+    return StepSweep(tuple(float(h) for h in steps), errors, _taylor(run, reference, exact, upstream, steps, budget_bytes, work_limit))
+
+
+def _taylor(run, reference, exact, upstream, steps, budget_bytes: int, work_limit: float) -> tuple[float, ...]:
+    """max |numerical(h) − analytic| over all inputs, per step, in float64: a right backward's
+    error falls like h² (central differences) until rounding; a wrong one's stops falling at the
+    size of its bug. Empty when the formula's backward raises."""
+    try:
+        analytic = _gradients(run, exact, upstream)
+    except Exception:  # noqa: BLE001 - the formula under test may be broken: no Taylor test then
+        return ()
+    plans = plan_differences(run, reference, exact, default_tolerances(torch.float64).step, budget_bytes=budget_bytes, work_limit=work_limit)
+    found = []
+    for h in steps:
+        with np.errstate(all="ignore"):
+            estimate = [numerical_gradient(run, exact, p, upstream, h, budget_bytes) for p in plans]
+            found.append(float(max(np.nanmax(np.abs(e - a)) if np.isfinite(e - a).any() else math.inf for e, a in zip(estimate, analytic))))
+    return tuple(found)
 
 
 def compare_case(case, formula: str, **options) -> GradientReport:

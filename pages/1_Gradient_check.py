@@ -1,6 +1,8 @@
 """Gradient check: one formula of the sidebar's case, element by element against autograd and
 finite differences, with PyTorch's own checks and a script that reproduces it."""
 
+import math
+
 import streamlit as st
 
 from lib import ui, views
@@ -132,6 +134,12 @@ with ui.guard("This page"):
             sweep = ui.compute(views.gradient_sweep, case, formula, what="Sweeping the finite-difference step…")
             if sweep is not None:
                 ui.chart(step_sweep_figure(sweep), key="check_sweep_figure")
+                plateau = sweep.plateau()
+                st.caption("**Taylor test** (dotted): the formula's own gradient against finite differences at each step. "
+                           "A right backward follows the grey slope-2 line down until rounding takes over; a wrong one "
+                           f"flattens out at the size of its bug. Here it gets down to {shown(plateau, '.2g')}"
+                           + (", which is round-off: consistent with a right backward." if plateau < 1e-6 else
+                              ", and no lower: the gradient is wrong by about that much." if math.isfinite(plateau) else "."))
     with conformance_tab:
         st.caption("PyTorch's own verdict on this Function: gradcheck (fast and slow), gradgradcheck (double backward), "
                    "forward-mode AD, vmap and more, each as pass, fail, not supported or skipped. Slow: gradcheck "

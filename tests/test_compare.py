@@ -215,3 +215,13 @@ def test_all_outputs_not_finite_say_no_verdict_instead_of_raising():
         report = compare_case(Case(perturbation=Perturbation(inject=kind, inject_count=1000)), "corrected")
         assert report.verdict.outcome == "no verdict" and not report.verdict.passed
         assert "nothing could be compared" in report.verdict.summary
+
+
+def test_the_taylor_test_falls_like_h_squared_for_a_right_backward_and_plateaus_for_a_wrong_one():
+    inputs = COSINE.build_inputs((3, 5), seed=1)
+    steps = (1e-1, 1e-2, 1e-3)
+    right = step_sweep(COSINE, "corrected", inputs, steps=steps, dtypes=(torch.float64,))
+    wrong = step_sweep(COSINE, "sign-fixed", inputs, steps=steps, dtypes=(torch.float64,))
+    assert right.taylor[1] / right.taylor[0] == pytest.approx(1e-2, rel=0.5)  # h ten times smaller: error a hundred times
+    assert right.plateau() < 1e-6 < 1e-2 < wrong.plateau()
+    assert wrong.taylor[2] == pytest.approx(wrong.taylor[1], rel=0.05)  # flat at the size of the bug

@@ -285,7 +285,20 @@ def step_sweep_figure(sweep: StepSweep) -> go.Figure:
                 hovertemplate=f"best step for {dtype}<br>h = %{{x:.1e}}<br>max |numerical − reference|: %{{y:.3g}}<extra></extra>",
             )
         )  # fmt: skip
-    base_layout(fig, "Finite-difference step sweep: error against the step h", "finite-difference step h", "max |numerical − reference| over all inputs")
+    taylor = [sweep.taylor[i] if i < len(sweep.taylor) and math.isfinite(sweep.taylor[i]) and sweep.taylor[i] > 0 else None for i in order]
+    if any(v is not None for v in taylor):
+        fig.add_trace(go.Scatter(
+            x=steps, y=taylor, mode="lines+markers", name="Taylor test: |numerical − analytic| (float64)",
+            line={"color": "#222", "dash": "dot"}, marker={"symbol": "diamond"},
+            hovertemplate="h = %{x:.1e}<br>max |numerical − analytic|: %{y:.3g}<extra></extra>",
+        ))  # fmt: skip
+        # the slope-2 line a right backward follows (central differences: error ∝ h²), through the largest step
+        anchor = next((i for i in range(len(steps) - 1, -1, -1) if taylor[i] is not None), None)
+        if anchor is not None:
+            guide = [taylor[anchor] * (h / steps[anchor]) ** 2 for h in steps]
+            fig.add_trace(go.Scatter(x=steps, y=guide, mode="lines", name="slope 2: what a right backward follows",
+                                     line={"color": "#999", "width": 1}, hoverinfo="skip"))
+    base_layout(fig, "Finite-difference step sweep: error against the step h", "finite-difference step h", "max error over all inputs")
     fig.update_layout(**LEGEND_BELOW)
     fig.update_xaxes(type="log", exponentformat="power")
     fig.update_yaxes(type="log", exponentformat="power")

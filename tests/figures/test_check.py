@@ -197,8 +197,11 @@ def test_jacobian_heatmaps_are_outputs_by_inputs_or_none(corrected):
 
 def test_step_sweep_figure_is_log_log_with_increasing_h(sweep):
     fig = step_sweep_figure(sweep)
-    lines = [t for t in fig.data if t.mode == "lines+markers"]
+    lines = [t for t in fig.data if t.mode == "lines+markers" and not t.name.startswith("Taylor")]
     assert [t.name for t in lines] == list(sweep.errors)
+    taylor = next(t for t in fig.data if t.name.startswith("Taylor test"))
+    assert list(taylor.y) == [dict(zip(sweep.steps, sweep.taylor))[h] for h in taylor.x]
+    assert any(t.name.startswith("slope 2") for t in fig.data)
     for t in lines:
         assert list(t.x) == sorted(sweep.steps)
         by_step = dict(zip(sweep.steps, sweep.errors[t.name]))
@@ -208,7 +211,7 @@ def test_step_sweep_figure_is_log_log_with_increasing_h(sweep):
     assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
     assert fig.layout.xaxis.autorange != "reversed"
     assert fig.layout.xaxis.title.text == "finite-difference step h"
-    assert "max |numerical − reference|" in fig.layout.yaxis.title.text
+    assert "max error" in fig.layout.yaxis.title.text
     notes = [a.text for a in fig.layout.annotations]
     assert any("rounding error" in n for n in notes) and any("truncation error" in n for n in notes)
 
