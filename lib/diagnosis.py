@@ -67,7 +67,6 @@ def diagnose(verdict: JacobianVerdict, inputs: Sequence[np.ndarray], tolerances:
             findings.append(Finding("double backward", "right to first order, wrong in double backward",
                                     "every Jacobian entry agrees; the Hessian-vector products do not"))
         return Diagnosis(tuple(findings))
-    _TOLERANCES[id(verdict)] = tolerances
     a, t = _stack(verdict)
     finite = np.isfinite(a) & np.isfinite(t)
     tests = (_not_finite, _sign_or_factor, _row_factor, _row_factor_and_own_term, _transposed, _swapped, _reduction_dim, _region)
@@ -94,7 +93,7 @@ def _not_finite(verdict, a, t, finite, inputs, tolerances) -> Finding | None:
                    f"{int(bad.sum()):,} of {a.size:,} compared entries are NaN or Inf in the formula's backward only")
 
 
-def _probes_explained(verdict, scale_of_entry) -> bool:
+def _probes_explained(verdict, scale_of_entry, tolerances: Tolerances) -> bool:
     """Whether every probe's uᵀA equals uᵀ(S ⊙ T) for the hypothesis' scaling S of the true
     entries: a story about the entries must hold for every upstream too."""
     for probe in verdict.probes:
@@ -102,16 +101,9 @@ def _probes_explained(verdict, scale_of_entry) -> bool:
             truth = _truth(e.values)
             predicted = np.bincount(e.cols, weights=np.nan_to_num(probe.upstream[e.rows] * scale_of_entry(i) * truth),
                                     minlength=probe.products["analytic"][i].size)
-            if not _explains(probe.products["analytic"][i], predicted, verdict_tolerances(verdict)):
+            if not _explains(probe.products["analytic"][i], predicted, tolerances):
                 return False
     return True
-
-
-_TOLERANCES: dict[int, Tolerances] = {}
-
-
-def verdict_tolerances(verdict) -> Tolerances:
-    return _TOLERANCES[id(verdict)]
 
 
 def _sign_or_factor(verdict, a, t, finite, inputs, tolerances) -> Finding | None:
@@ -120,7 +112,7 @@ def _sign_or_factor(verdict, a, t, finite, inputs, tolerances) -> Finding | None
     c = float(a[finite] @ t[finite] / (t[finite] @ t[finite]))
     if not np.isfinite(c) or abs(c - 1) < 1e-6 or not _explains(a, c * t, tolerances):
         return None
-    if not _probes_explained(verdict, lambda i: c):
+    if not _probes_explained(verdict, lambda i: c, tolerances):
         return None
     if abs(c + 1) <= 1e-6:
         return Finding("sign", "sign flipped", "analytic = −1 × truth at every compared entry")
@@ -145,7 +137,7 @@ def _row_factor(verdict, a, t, finite, inputs, tolerances) -> Finding | None:
     known = np.isfinite(c)
     if known.sum() < 2 or not _explains(np.where(np.isfinite(fitted), a, np.nan), fitted, tolerances):
         return None
-    if not _probes_explained(verdict, lambda i: np.nan_to_num(c[verdict.entries[i].rows])):
+    if not _probes_explained(verdict, lambda i: np.nan_to_num(c[verdict.entries[i].rows]), tolerances):
         return None
     values = c[known]
     if np.allclose(values, values[0], rtol=1e-6):

@@ -25,8 +25,8 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from lib.numerical import (DEFAULT_BUDGET_BYTES, MAX_SECOND_LOOK, DifferencePlan, compressed_entries, look_at_elements,
-                           numerical_entries, one_sided_gaps, row_colors, vector_jacobian_products, with_values)
+from lib.numerical import (DEFAULT_BUDGET_BYTES, MAX_SECOND_LOOK, DifferencePlan, compressed_entries, gradient_from_entries,
+                           look_at_elements, numerical_entries, one_sided_gaps, row_colors, vector_jacobian_products, with_values)
 from lib.tolerances import Tolerances
 
 Tensor = torch.Tensor
@@ -165,12 +165,6 @@ def _index(flat: int, shape: tuple[int, ...]) -> str:
     return ", ".join(map(str, np.unravel_index(flat, shape))) if shape else ""
 
 
-def numerical_product(rows, cols, values, u: np.ndarray, n: int) -> np.ndarray:
-    """uᵀJ from the numerical entries; NaN where an element feeds an output that is not finite."""
-    with np.errstate(invalid="ignore"):
-        return np.bincount(cols, weights=values * u[rows], minlength=n).astype(np.float64)  # float even when empty
-
-
 # ---- the verdict ---------------------------------------------------------------------------------
 
 
@@ -235,7 +229,7 @@ def check_jacobian(
     if reference is not None:
         products["reference"] = vector_jacobian_products(reference, inputs, upstreams, batched=False)
     if any(t is not None for t in numerical):
-        products["numerical"] = [None if t is None else torch.from_numpy(np.stack([numerical_product(*t, u, n) for u in flat_u]))
+        products["numerical"] = [None if t is None else torch.from_numpy(np.stack([gradient_from_entries(*t, u, skip, n) for u in flat_u]))
                                  for t, n in zip(numerical, sizes)]
     probe_list = tuple(
         Probe(flat_u[k], {source: tuple(None if p is None else

@@ -47,6 +47,7 @@ class DifferencePlan:
     step: float = 0.0
     values: np.ndarray | None = None  # the numerical Jacobian on the pattern at ``step``, once computed
     gaps: np.ndarray | None = None  # with it: each entry's gap between its one-sided slopes (a kink's mark)
+    gap_rounding: np.ndarray | None = None  # and the rounding each gap carries, eps·|f(x)|/h
     reference_values: np.ndarray | None = None  # the reference's Jacobian on the pattern, when it passed the check
     batched: bool = True  # evaluate perturbed copies under vmap; False once vmap was caught disagreeing
     directions: tuple[np.ndarray, ...] = ()  # random ±1 directions (flat) ...
@@ -439,7 +440,7 @@ def _checked_plans(function, reference, inputs, base: Sequence[DifferencePlan], 
     with torch.no_grad():
         output = reference(*inputs)
     colors = row_colors(patterns, [x.numel() for x in inputs], output.numel())
-    by_reference = compressed_entries(reference, inputs, patterns, colors, np.zeros(0, dtype=np.int64), tuple(output.shape), DEFAULT_BUDGET_BYTES)
+    by_reference = compressed_entries(reference, inputs, patterns, colors, np.zeros(0, dtype=np.int64), tuple(output.shape), budget_bytes)
     plans: list[DifferencePlan | None] = []
     for plan, (rows, cols, column_colors), values in zip(base, structures, by_reference):
         n = plan.n_inputs
@@ -498,26 +499,28 @@ def with_values(function, inputs, plan: DifferencePlan, budget_bytes: int = DEFA
     they are kept, and the plan says so (else the differences' own noise was the cause)."""
     if plan.values is not None:
         return plan
-    values, gaps = _values_and_gaps(function, inputs, plan, budget_bytes)
     rows, cols = (plan.rows, plan.cols) if plan.structured else _all_entries(plan.n_outputs, plan.n_inputs)
-    if plan.batched and plan.directions and not reproduces(plan, rows, cols, values):
+    found = _values_and_gaps(function, inputs, plan, rows, budget_bytes)
+    if plan.batched and plan.directions and not reproduces(plan, rows, cols, found["values"]):
         plain = replace(plan, batched=False)
-        plain_values, plain_gaps = _values_and_gaps(function, inputs, plain, budget_bytes)
-        if reproduces(plan, rows, cols, plain_values):  # vmap was the culprit, not the differences' own noise
-            return replace(plain, values=plain_values, gaps=plain_gaps,
-                           source=plan.source + "; evaluated one copy at a time (vmap disagreed with plain calls)")
-    return replace(plan, values=values, gaps=gaps)
+        plain_found = _values_and_gaps(function, inputs, plain, rows, budget_bytes)
+        if reproduces(plan, rows, cols, plain_found["values"]):  # vmap was the culprit, not the differences' own noise
+            return replace(plain, **plain_found, source=plan.source + "; evaluated one copy at a time (vmap disagreed with plain calls)")
+    return replace(plan, **found)
 
 
-def _values_and_gaps(function, inputs, plan: DifferencePlan, budget_bytes: int) -> tuple[np.ndarray, np.ndarray]:
-    """The numerical Jacobian's values (on the pattern, or whole and flat) and the gaps between
-    their one-sided slopes, from one set of evaluations (and f(x) once)."""
+def _values_and_gaps(function, inputs, plan: DifferencePlan, rows: np.ndarray, budget_bytes: int) -> dict[str, np.ndarray]:
+    """The numerical Jacobian's values (on the pattern, or whole and flat), the gaps between
+    their one-sided slopes, and the rounding those gaps carry, from one set of evaluations (and
+    f(x) once)."""
     with torch.no_grad():
         base = function(*inputs)
-    base = base.reshape(1, *base.shape)
-    both = (_compressed_values(function, inputs, plan, plan.step, budget_bytes, base) if plan.structured
-            else _dense_jacobian(function, inputs, plan, plan.step, budget_bytes, base).reshape(2, -1))
-    return both[0], both[1]
+    x = inputs[plan.input_index]
+    eps = torch.finfo(x.dtype).eps if x.is_floating_point() else 0.0
+    both = (_compressed_values(function, inputs, plan, plan.step, budget_bytes, base.reshape(1, *base.shape)) if plan.structured
+            else _dense_jacobian(function, inputs, plan, plan.step, budget_bytes, base.reshape(1, *base.shape)).reshape(2, -1))
+    flat_base = base.detach().double().cpu().reshape(-1).numpy()
+    return {"values": both[0], "gaps": both[1], "gap_rounding": eps * np.abs(flat_base[rows]) / plan.step}
 
 
 def _compute_values(function, inputs, plan: DifferencePlan, step: float, budget_bytes: int) -> np.ndarray:
@@ -654,10 +657,4 @@ def one_sided_gaps(function, inputs, plan: DifferencePlan, budget_bytes: int = D
     one-sided slopes, |f(x + h) + f(x − h) − 2 f(x)| / h, and the rounding that gap carries,
     eps·|f(x)|/h: at a smooth point the gap is h·f'', at a kink the jump of the slope."""
     plan = with_values(function, inputs, plan, budget_bytes)
-    with torch.no_grad():
-        base = function(*inputs)
-    x = inputs[plan.input_index]
-    eps = torch.finfo(x.dtype).eps if x.is_floating_point() else 0.0
-    flat_base = base.detach().double().cpu().reshape(-1).numpy()
-    rows = plan.rows if plan.structured else _all_entries(plan.n_outputs, plan.n_inputs)[0]
-    return plan.gaps, eps * np.abs(flat_base[rows]) / plan.step
+    return plan.gaps, plan.gap_rounding
