@@ -13,7 +13,7 @@ family.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 import numpy as np
@@ -122,6 +122,7 @@ class InputComparison:
     non_finite: dict[str, NonFinite]  # "input" and each source
     plan: DifferencePlan
     jacobians: dict[str, np.ndarray] | None = None  # source -> (output elements, input elements)
+    kinks: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # flat indices where the function has a kink
 
     def worst(self, pair: tuple[str, str] = ("analytic", "reference")) -> tuple[tuple[int, ...] | None, dict[str, float]]:
         """The worst element of ``pair``'s error map and the three gradients' values there."""
@@ -387,6 +388,8 @@ def compare_gradients(
                     run, reference, inputs, output.numel(), tolerances, jacobian_limit, budget_bytes, failure)
         for i, (name, x) in enumerate(zip(family.input_names, inputs))
     ]
+    if jacobian is not None and jacobian.kinks:
+        comparisons = [replace(c, kinks=k) for c, k in zip(comparisons, jacobian.kinks)]
     notes = tuple(c.non_finite["input"].describe(c.name) for c in comparisons if c.non_finite["input"].count)
     drawn = None if failure else _drawn_gradient_finding(comparisons, tolerances, reference is not None,
                                                          jacobian.second_looked if jacobian is not None else ())

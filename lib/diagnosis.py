@@ -330,6 +330,11 @@ def _condition(x: np.ndarray, bad: np.ndarray, name: str) -> str:
                 return f"{label} > {_between(good.max(), wrong.min())}"
             if wrong.max() < good.min():
                 return f"{label} < {_between(wrong.max(), good.min())}"
+            inside = (good >= wrong.min()) & (good <= wrong.max())
+            if not inside.any() and (good < wrong.min()).any() and (good > wrong.max()).any():  # a band: 1 < |x| ≤ 2, say
+                low, high = good[good < wrong.min()].max(), good[good > wrong.max()].min()
+                below, above = _between(low, wrong.min()), _between(wrong.max(), high)
+                return f"{below} {'≤' if float(below) == wrong.min() else '<'} {label} {'≤' if float(above) == wrong.max() else '<'} {above}"
     return ""
 
 

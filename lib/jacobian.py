@@ -32,6 +32,7 @@ from lib.tolerances import Tolerances
 Tensor = torch.Tensor
 PROBES = 2
 TRUTHS = ("reference", "numerical")
+NONE = np.zeros(0, dtype=np.int64)  # no elements
 
 
 # ---- results -----------------------------------------------------------------------------------
@@ -115,6 +116,7 @@ class JacobianVerdict:
     zero: tuple[np.ndarray, ...] = ()  # the formula's backward for a zero upstream, per input (flat)
     output_shape: tuple[int, ...] = ()
     second_looked: tuple[np.ndarray, ...] = ()  # per input, elements passed on a second look (kinks, the differences' noise)
+    kinks: tuple[np.ndarray, ...] = ()  # per input, flat indices of the elements where the function has a kink
 
     @property
     def outcome(self) -> str:
@@ -209,6 +211,7 @@ def check_jacobian(
     entries: list[InputEntries] = []
     judged: list = []
     kinks: list[str] = []
+    kink_elements: list[np.ndarray] = [NONE] * len(inputs)
     forgiven: dict = {"kink": {}, "noise": {}}  # per input, elements judged on a second look: kinks, and the differences' noise
     if not partial:
         analytic = compressed_entries(function, inputs, patterns, colors, skip, shape, budget_bytes)
@@ -218,8 +221,10 @@ def check_jacobian(
             analytic = compressed_entries(function, inputs, patterns, colors, skip, shape, budget_bytes, batched=False)
             entries = _entries(names, inputs, patterns, truths, analytic, skip)
             judged = [compare_entries(e.values["analytic"], _truths(e.values), tolerances) for e in entries]
-        judged, kinks, forgiven = _second_look(function, inputs, entries, judged, tolerances)
-        kinks = sorted(set(kinks) | set(_marked_kinks(function, inputs, entries, plans, tolerances, budget_bytes)), key=kinks_order(entries))
+        judged, forgiven = _second_look(function, inputs, entries, judged, tolerances)
+        marked = _marked_kinks(function, inputs, entries, plans, tolerances, budget_bytes)
+        kink_elements = [np.union1d(forgiven["kink"].get(i, NONE), marked.get(i, NONE)) for i in range(len(inputs))]
+        kinks = [f"{e.name}[{_index(int(c), e.shape)}]" for e, elements in zip(entries, kink_elements) for c in elements]
 
     generator = torch.Generator().manual_seed(seed + 7919)
     upstreams = torch.randn((probes, *shape), generator=generator, dtype=torch.float64)
@@ -263,7 +268,7 @@ def check_jacobian(
         partial=partial,
     )
     return JacobianVerdict(finding is None and not coverage.empty, finding or "", coverage, tuple(entries), probe_list,
-                           tuple(zero), shape, tuple(forgiven["noise"].get(i, np.zeros(0, dtype=np.int64)) for i in range(len(inputs))))
+                           tuple(zero), shape, tuple(forgiven["noise"].get(i, NONE) for i in range(len(inputs))), tuple(kink_elements))
 
 
 def _entries(names, inputs, patterns, truths: list[dict[str, np.ndarray]], analytic: list[np.ndarray], skip: np.ndarray) -> list[InputEntries]:
@@ -316,8 +321,8 @@ def _off_pattern(entries: Sequence[InputEntries], probes: Sequence[Probe], toler
         return None
     _, number, name, shape, k, outside = worst
     return (f"for random upstream gradient {number}, the formula's backward gives {name}[{_index(k, shape)}] {outside:.6g} more "
-            f"than its own Jacobian entries account for: it mixes grad_output across outputs (entries outside the pattern), "
-            f"or is not linear in grad_output (allowed {tolerances.atol:g})")
+            f"than its own Jacobian entries account for: it has entries where the true Jacobian is zero (outside the pattern), "
+            f"mixes grad_output across outputs, or is not linear in grad_output (allowed {tolerances.atol:g})")
 
 
 def _forgive(product: np.ndarray, elements: np.ndarray | None) -> np.ndarray:
@@ -330,17 +335,12 @@ def _forgive(product: np.ndarray, elements: np.ndarray | None) -> np.ndarray:
     return product
 
 
-def kinks_order(entries):
-    names = [e.name for e in entries]
-    return lambda label: (names.index(label.split("[")[0]) if label.split("[")[0] in names else 0, label)
-
-
-def _marked_kinks(function, inputs, entries, plans, tolerances, budget_bytes) -> list[str]:
+def _marked_kinks(function, inputs, entries, plans, tolerances, budget_bytes) -> dict[int, np.ndarray]:
     """Every element where the function has a kink, whether or not the formula's entry fails
     there: where the finite differences were taken, the entries whose one-sided slopes part by
     more than the verdict's tolerance and their own rounding, confirmed element by element (the
-    gap must stay as h doubles)."""
-    found = []
+    gap must stay as h doubles). Per input, the flat indices of the kinks."""
+    found = {}
     for i, (e, plan) in enumerate(zip(entries, plans)):
         if plan.values is None:
             continue
@@ -351,7 +351,7 @@ def _marked_kinks(function, inputs, entries, plans, tolerances, budget_bytes) ->
         if not elements.size or elements.size > MAX_SECOND_LOOK:
             continue
         looks = look_at_elements(function, inputs, i, elements.tolist(), tolerances.step)
-        found += [f"{e.name}[{_index(int(c), e.shape)}]" for c in elements if looks[int(c)].kink.any()]
+        found[i] = np.array([int(c) for c in elements if looks[int(c)].kink.any()], dtype=np.int64)
     return found
 
 
@@ -366,9 +366,9 @@ def _second_look(function, inputs, entries, judged, tolerances):
     many right answers); elsewhere an entry that fails only against the finite differences fails
     only if it also misses the central difference by several times that difference's own error
     (Richardson's truncation estimate and the dtype's rounding). Returns the judgements, the
-    kinks named, and per input the elements whose truth the differences are not (kinks) and
-    those they could not judge (their noise)."""
-    kinks, forgiven = [], {"kink": {}, "noise": {}}
+    per input the elements whose truth the differences are not (kinks) and those they could not
+    judge (their noise)."""
+    forgiven = {"kink": {}, "noise": {}}
     new_judged = []
     for i, (e, (excess, left_out, against)) in enumerate(zip(entries, judged)):
         if "numerical" not in e.values or against is None:
@@ -397,12 +397,11 @@ def _second_look(function, inputs, entries, judged, tolerances):
             elif only_numerical[k] and abs(a - look.central[r]) <= allowed + 4 * (look.truncation[r] + look.rounding[r]):
                 excess[k] = -np.inf
                 noisy.add(int(e.cols[k]))
-        kinks += [f"{e.name}[{_index(c, e.shape)}]" for c in sorted(kinked)]
         forgiven["kink"][i] = np.array(sorted(kinked), dtype=np.int64)
         forgiven["noise"][i] = np.array(sorted(noisy | kinked), dtype=np.int64)
         still = excess.max(initial=-np.inf) > 0
         new_judged.append((excess, left_out, against if still else None))
-    return new_judged, kinks, forgiven
+    return new_judged, forgiven
 
 
 def _probe_truths(probe: Probe, index: int) -> dict[str, np.ndarray]:

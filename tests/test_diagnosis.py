@@ -25,6 +25,13 @@ def test_nothing_is_named_for_a_correct_function(specimen):
     assert report.diagnosis.findings == ()
 
 
+@pytest.mark.parametrize("name, region", [("band", "1 < |x1| < 2"), ("region", "|x1| > 1")])
+def test_a_region_is_named_by_its_bounds(name, region):
+    specimen = next(s for s in zoo.WRONG if s.name == name)
+    report = compare_gradients(specimen.family(True), "f", specimen.inputs())
+    assert f"wrong only where {region}" in report.diagnosis.words
+
+
 def test_the_tutorial_is_flipped_and_lacks_its_normalisation_on_random_inputs():
     report = views.gradient_report(Case(), "tutorial")
     words = report.diagnosis.words

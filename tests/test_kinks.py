@@ -66,3 +66,28 @@ def test_a_wrong_backward_away_from_kinks_still_fails():
     specimen = next(s for s in zoo.WRONG if s.name == "region")
     report = compare_gradients(specimen.family(False), "f", specimen.inputs())
     assert not report.verdict.passed and not report.jacobian.coverage.kinks
+
+
+@pytest.mark.parametrize("name", ["relu at 0", "clamp at its bounds"])
+def test_the_kinks_are_the_elements_placed_on_them_and_the_maps_outline_them(name):
+    from lib.figures.check import error_heatmap, gradient_heatmaps
+
+    function, reference, inputs, _ = CASES[name]
+    x = inputs()
+    report = compare_gradients(family(function, reference), "f", (x,))
+    comparison = report.inputs[0]
+    assert comparison.kinks.tolist() == list(range(0, x.numel(), 2))  # every other element was moved onto a kink
+    for figure, panels in ((gradient_heatmaps(comparison), 3), (error_heatmap(comparison), 1)):
+        marked = [t for t in figure.data if t.type == "scatter" and t.name.startswith("not differentiable here")]
+        assert len(marked) == panels
+        cells = sorted(zip(marked[0].y, marked[0].x))
+        assert cells == sorted((k // x.shape[1], k % x.shape[1]) for k in comparison.kinks)
+        assert "x[0, 0]" in marked[0].text
+
+
+def test_no_kinks_are_marked_on_a_smooth_function():
+    from lib.figures.check import gradient_heatmaps
+
+    report = compare_gradients(family(zoo.Relu, torch.relu), "f", (torch.randn(4, 5, dtype=torch.float64) + 0.5,))
+    assert report.inputs[0].kinks.size == 0
+    assert not [t for t in gradient_heatmaps(report.inputs[0]).data if t.type == "scatter"]

@@ -35,7 +35,7 @@ def test_sources_come_from_arguments_and_environment_in_order_without_repeats():
 
 def test_the_shipped_example_loads_from_its_path_and_works_across_the_engine():
     result = plugins.load(EXAMPLE)
-    assert result.error is None and result.families == ("swish",)
+    assert result.error is None and result.families == ("swish", "clamp")
     family = get_family("swish")
     assert [n for n, f in family.formulas.items() if f.correct] == ["swish"]
     inputs = family.build_inputs((4, 6), seed=0)
@@ -53,7 +53,7 @@ def test_the_shipped_example_loads_from_its_path_and_works_across_the_engine():
 def test_a_dotted_module_name_is_imported_from_the_working_directory(monkeypatch):
     monkeypatch.chdir(ROOT)
     result = plugins.load("examples.my_functions")
-    assert result.error is None and result.families == ("swish",)
+    assert result.error is None and result.families == ("swish", "clamp")
 
 
 def test_failures_are_reported_with_pythons_message():
@@ -83,3 +83,14 @@ def test_each_source_is_loaded_once_per_process():
     family = get_family("swish")
     again = plugins.ensure_loaded([EXAMPLE])
     assert first == again and get_family("swish") is family
+
+
+def test_the_shipped_clamp_sits_on_its_kinks_and_passes_there_while_its_leak_is_placed():
+    assert plugins.load(EXAMPLE).error is None
+    family = get_family("clamp")
+    inputs = family.build_inputs((6, 8), seed=0)
+    on_bounds = int((inputs[0].abs() == 1).sum())
+    right = compare_gradients(family, "clamp", inputs)
+    assert right.verdict.passed and right.input("x").kinks.size == on_bounds > 0, right.verdict.summary
+    wrong = compare_gradients(family, "leaks outside", inputs)
+    assert "wrong only where 1 < |x| ≤ 2" in wrong.verdict.summary

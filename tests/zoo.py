@@ -168,6 +168,18 @@ class StraightThroughClamp(torch.autograd.Function):
         return g  # right only inside [−1, 1]
 
 
+class ClampLeaksInABand(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.clamp(-1, 1)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * (x.abs() <= 2).to(g)  # the bound written as 2: wrong in the band 1 < |x| ≤ 2 only
+
+
 class NormWrongDim(torch.autograd.Function):
     """‖x‖ over the last dim of a 3-D input; the backward normalises over dim 1."""
 
@@ -341,6 +353,8 @@ WRONG = (
     Specimen("sign flipped", SineSignFlipped, torch.sin, ((6, 5),), True, True, diagnosis="sign"),
     Specimen("factor", CubeFactor, lambda x: x**3, ((6, 5),), True, True, diagnosis="factor"),
     Specimen("missing term", SoftmaxNoProjection, lambda x: torch.softmax(x, -1), ((4, 6),), True, True, diagnosis="rank-one term"),
+    Specimen("band", ClampLeaksInABand, lambda x: x.clamp(-1, 1), ((6, 5),), True, False, _away_from_kinks((-2.0, -1.0, 1.0, 2.0)),
+             diagnosis="region"),
     Specimen("region", StraightThroughClamp, lambda x: x.clamp(-1, 1), ((6, 5),), True, False, _away_from_kinks((-1.0, 1.0)), diagnosis="region"),
     Specimen("reduction dim", NormWrongDim, lambda x: x.norm(dim=-1), ((3, 4, 5),), True, True, diagnosis="reduction dim"),
     Specimen("not finite", CubeNaNForNegatives, lambda x: x**3, ((6, 5),), True, True, diagnosis="not finite"),

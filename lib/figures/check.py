@@ -19,7 +19,7 @@ from plotly.subplots import make_subplots
 
 from lib.compare import SOURCES, GradientReport, InputComparison, StepSweep
 from lib.conformance import Check
-from lib.figures.style import DIVERGING, SEQUENTIAL, base_layout, color_for
+from lib.figures.style import DIVERGING, KINK, SEQUENTIAL, base_layout, color_for
 
 Pair = tuple[str, str]
 DEFAULT_PAIR: Pair = ("analytic", "reference")
@@ -124,6 +124,28 @@ def _scale_note(fig: go.Figure, scale: str) -> go.Figure:
     return fig
 
 
+def _mark_kinks(fig: go.Figure, comparison: InputComparison, grid_shape: tuple[int, ...], panels: int = 1) -> go.Figure:
+    """Outline, in their own colour on every panel, the elements where the function has a kink: no
+    single derivative is right there, and the verdict judged them against their one-sided slopes."""
+    if not comparison.kinks.size:
+        return fig
+    shape = comparison.gradients[SOURCES[0]].shape
+    rows, cols = np.unravel_index(comparison.kinks, grid_shape)
+    labels = [_label(comparison.name, np.unravel_index(int(k), shape)) for k in comparison.kinks]
+    name = f"not differentiable here (a kink): {len(labels):,} element{'s' * (len(labels) != 1)}"
+    for panel in range(1, panels + 1):
+        fig.add_trace(
+            go.Scatter(
+                x=cols.tolist(), y=rows.tolist(), mode="markers", name=name, text=labels, legendgroup="kinks",
+                showlegend=panel == 1, marker={"symbol": "square-open", "size": 14, "color": KINK, "line": {"width": 3}},
+                hovertemplate="%{text}: not differentiable here (a kink);<br>judged against its one-sided derivatives<extra></extra>",
+            ),
+            **({"row": 1, "col": panel} if panels > 1 else {}),
+        )  # fmt: skip
+    fig.update_layout(showlegend=True, **LEGEND_BELOW)
+    return fig
+
+
 def _blank_note(count: int) -> str:
     return f" · {count} NaN/Inf cells left blank" if count else ""
 
@@ -143,6 +165,7 @@ def gradient_heatmaps(comparison: InputComparison, sources: Sequence[str] = SOUR
     shape = tuple(comparison.gradients[sources[0]].shape)
     title = f"Gradient of the loss w.r.t. {comparison.name} {shape}, by source{_blank_note(blank)}"
     fig = _panels(title, {s: (z, text) for s, (z, text, *_) in grids.items()}, x_title, y_title, "d loss / d input", scale)
+    _mark_kinks(fig, comparison, next(iter(grids.values()))[0].shape, panels=len(sources))
     return _scale_note(fig, scale)
 
 
@@ -192,6 +215,7 @@ def error_heatmap(comparison: InputComparison, pair: Pair = DEFAULT_PAIR, relati
     blank = int(np.isnan(z).sum())
     base_layout(fig, f"{name}: {what} ({peak}){_blank_note(blank)}", x_title, y_title, showlegend=True)
     fig.update_layout(**LEGEND_BELOW)
+    _mark_kinks(fig, comparison, z.shape)
     fig.update_yaxes(autorange="reversed")
     return fig
 

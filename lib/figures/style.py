@@ -16,6 +16,7 @@ KNOWN = {
     "analytic": "#D55E00",
     "numerical": "#0072B2",
 }
+KINK = "#E69F00"  # orange: elements where the function is not differentiable, apart from the maps' red–blue
 DIVERGING = "RdBu_r"  # signed values, centred at 0
 SEQUENTIAL = "Viridis"  # magnitudes
 
