@@ -22,8 +22,9 @@ import torch
 from lib.errors import LabError
 from lib.family import Family
 from lib.tolerances import Tolerances, default_tolerances
-from lib.jacobian import JacobianVerdict, check_jacobian, compare_entries, tolerances_text
-from lib.numerical import DEFAULT_BUDGET_BYTES, DifferencePlan, numerical_gradient, numerical_jacobian, plan_differences, with_values
+from lib.jacobian import JacobianVerdict, check_jacobian, compare_entries, tolerances_text, truth_scale
+from lib.numerical import (DEFAULT_BUDGET_BYTES, DifferencePlan, entry_noise, gradient_from_entries, numerical_entries, numerical_gradient,
+                           numerical_jacobian, plan_differences, with_values)
 from lib.diagnosis import Diagnosis, Finding, diagnose
 from lib.second_order import SecondOrderVerdict, check_second_order
 
@@ -202,7 +203,7 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def _drawn_gradient_finding(comparisons: Sequence[InputComparison], tolerances: Tolerances, has_reference: bool,
-                            second_looked: Sequence[np.ndarray] = ()) -> str | None:
+                            second_looked: Sequence[np.ndarray] = (), noises: Sequence[np.ndarray | None] = ()) -> str | None:
     """The drawn gradients (one vector-Jacobian product, for the chosen upstream) against the
     truth: a backward may treat this one upstream specially, so it is checked as it is drawn.
     Elements the Jacobian check passed on a second look (kinks, the differences' own noise) are
@@ -216,13 +217,24 @@ def _drawn_gradient_finding(comparisons: Sequence[InputComparison], tolerances: 
             reference[second_looked[i]] = np.nan  # at a kink the reference's own choice is one right answer of several
             numerical, reference = numerical.reshape(c.gradients["numerical"].shape), reference.reshape(c.gradients["reference"].shape)
         truths = {"numerical": numerical, **({"reference": reference} if has_reference else {})}
-        excess, _, against = compare_entries(c.gradients["analytic"], truths, tolerances)
+        noise = {"numerical": noises[i]} if i < len(noises) and noises[i] is not None else None
+        excess, _, against = compare_entries(c.gradients["analytic"], truths, tolerances, noise)
         if excess.size and excess.max() > 0:
             index = np.unravel_index(int(np.argmax(excess)), excess.shape)
             at = f"{c.name}[{', '.join(map(str, index))}]"
             return (f"the drawn gradient at {at} is {c.gradients['analytic'][index]:.6g} by the formula's backward, "
-                    f"{c.gradients[against][index]:.6g} by the {against} truth ({tolerances_text(tolerances, against)})")
+                    f"{c.gradients[against][index]:.6g} by the {against} truth ({tolerances_text(tolerances, against, truth_scale(truths))})")
     return None
+
+
+def _gradient_noise(run, inputs, plan: DifferencePlan, upstream: Tensor, budget_bytes: int) -> np.ndarray | None:
+    """The numerical gradient's own error estimate for ``upstream``: Σ |u|·(each entry's rounding)."""
+    if plan.values is None:
+        return None
+    rows, cols, values = numerical_entries(run, inputs, plan, None, budget_bytes)
+    u = np.abs(upstream.detach().double().cpu().reshape(-1).numpy())
+    noise = gradient_from_entries(rows, cols, entry_noise(plan, inputs[plan.input_index], rows, cols, values), u, plan.skip_rows, plan.n_inputs)
+    return noise.reshape(tuple(inputs[plan.input_index].shape))
 
 
 def _verdict(jacobian: JacobianVerdict | None, drawn_finding: str | None, failure: str | None, diagnosis=None) -> Verdict:
@@ -392,7 +404,8 @@ def compare_gradients(
         comparisons = [replace(c, kinks=k) for c, k in zip(comparisons, jacobian.kinks)]
     notes = tuple(c.non_finite["input"].describe(c.name) for c in comparisons if c.non_finite["input"].count)
     drawn = None if failure else _drawn_gradient_finding(comparisons, tolerances, reference is not None,
-                                                         jacobian.second_looked if jacobian is not None else ())
+                                                         jacobian.second_looked if jacobian is not None else (),
+                                                         [_gradient_noise(run, inputs, p, drawn_upstream, budget_bytes) for p in plans])
     diagnosis = None
     if failure and "size of tensor" in failure and any(x.dim() >= 3 for x in inputs):
         diagnosis = Diagnosis((Finding("reduction dim", "the backward reduces over the wrong dim: its shapes do not match a 3-D input's", failure),))

@@ -18,7 +18,7 @@ from typing import Callable
 import torch
 from torch.autograd.gradcheck import GradcheckError
 
-from lib.tolerances import Tolerances, default_tolerances
+from lib.tolerances import Tolerances, gradcheck_tolerances
 
 Tensor = torch.Tensor
 
@@ -251,7 +251,7 @@ def _run(name: str, body: Callable[[_Context], str | None], ctx: _Context) -> Ch
 
 def _default_tolerances(inputs) -> Tolerances:
     """The loosest defaults among the inputs' dtypes."""
-    return max((default_tolerances(x.dtype) for x in inputs), key=lambda t: t.atol, default=default_tolerances(torch.float64))
+    return max((gradcheck_tolerances(x.dtype) for x in inputs), key=lambda t: t.atol, default=gradcheck_tolerances(torch.float64))
 
 
 def conformance_report(

@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from lib.numerical import (DEFAULT_BUDGET_BYTES, MAX_SECOND_LOOK, DifferencePlan, compressed_entries, gradient_from_entries,
+from lib.numerical import (DEFAULT_BUDGET_BYTES, MAX_SECOND_LOOK, DifferencePlan, compressed_entries, entry_noise, gradient_from_entries,
                            look_at_elements, numerical_entries, one_sided_gaps, row_colors, vector_jacobian_products, with_values)
 from lib.tolerances import Tolerances
 
@@ -33,6 +33,7 @@ Tensor = torch.Tensor
 PROBES = 2
 TRUTHS = ("reference", "numerical")
 NONE = np.zeros(0, dtype=np.int64)  # no elements
+NOISE_FACTOR = 4  # an entry fails against finite differences only beyond this many times their own error estimate
 
 
 # ---- results -----------------------------------------------------------------------------------
@@ -47,6 +48,11 @@ class InputEntries:
     rows: np.ndarray  # output element of each entry (flat index)
     cols: np.ndarray  # input element of each entry (flat index)
     values: dict[str, np.ndarray]  # source -> value of each entry
+    noise: np.ndarray | None = None  # the numerical entries' own error estimate (rounding), where they are a truth
+
+    @property
+    def noises(self) -> dict[str, np.ndarray] | None:
+        return {"numerical": self.noise} if self.noise is not None else None
 
 
 @dataclass(frozen=True)
@@ -133,13 +139,25 @@ class JacobianVerdict:
 # ---- comparing values against the truth -------------------------------------------------------------
 
 
-def compare_entries(analytic: np.ndarray, truths: dict[str, np.ndarray], tolerances: Tolerances) -> tuple[np.ndarray, np.ndarray, str | None]:
+def truth_scale(truths: dict[str, np.ndarray]) -> float:
+    """The size of the values compared: the largest finite |value| of the reference (of every
+    truth without one); 1 when all are 0. atol is taken in this unit, so a gradient that is small
+    all over (rows of norm 1e3 give a cosine gradient of 1e-3) is not passed by atol alone."""
+    values = [truths["reference"]] if "reference" in truths else list(truths.values())
+    largest = max((float(np.abs(v[np.isfinite(v)]).max(initial=0.0)) for v in values), default=0.0)
+    return largest if largest > 0 else 1.0
+
+
+def compare_entries(analytic: np.ndarray, truths: dict[str, np.ndarray], tolerances: Tolerances,
+                    noise: dict[str, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray, str | None]:
     """Per entry: (excess over tolerance, left out, the truth it was worst against).
 
     An entry is left out where no truth is finite, or where the analytic value and the reference
     are both non-finite (the formula agrees with PyTorch there). Elsewhere it fails against every
-    finite truth it differs from by more than atol + rtol·|truth|, and wherever it is not finite
-    itself. ``excess`` > 0 marks a failure; +inf an analytic value that is not finite."""
+    finite truth it differs from by more than atol·scale + rtol·|truth| (scale: ``truth_scale``)
+    and, for a truth with an error estimate in ``noise`` (the finite differences' rounding),
+    NOISE_FACTOR times that estimate; and wherever it is not finite itself. ``excess`` > 0 marks
+    a failure; +inf an analytic value that is not finite."""
     a = analytic
     finite_a = np.isfinite(a)
     reference = truths.get("reference")
@@ -147,12 +165,15 @@ def compare_entries(analytic: np.ndarray, truths: dict[str, np.ndarray], toleran
     any_truth = np.zeros(a.shape, dtype=bool)
     excess = np.full(a.shape, -np.inf)
     worst_gap, against = -np.inf, None
+    atol = tolerances.atol * truth_scale(truths)
     for name, truth in truths.items():
         finite_truth = np.isfinite(truth)
         any_truth |= finite_truth
         with np.errstate(invalid="ignore"):
             gap = np.abs(a - truth)
-            gap -= tolerances.atol + tolerances.rtol * np.abs(truth)
+            gap -= atol + tolerances.rtol * np.abs(truth)
+            if noise is not None and name in noise:
+                gap = np.minimum(gap, np.abs(a - truth) - NOISE_FACTOR * noise[name])  # within the differences' own error
         gap[~finite_a] = np.inf
         gap[~finite_truth | agrees_with_pytorch] = -np.inf
         np.maximum(excess, gap, out=excess)
@@ -196,6 +217,7 @@ def check_jacobian(
     sizes = [x.numel() for x in inputs]
     plans = [p if p.reference_values is not None and p.values is None else with_values(function, inputs, p, budget_bytes) for p in plans]
     numerical = [numerical_entries(function, inputs, p, None, budget_bytes) if p.values is not None else None for p in plans]
+    noises = [None if t is None else entry_noise(p, x, *t) for p, x, t in zip(plans, inputs, numerical)]
     patterns = [(p.rows, p.cols) if p.structured else (t[0], t[1]) for p, t in zip(plans, numerical)]
     colors = row_colors(patterns, sizes, m)
     groups = int(colors.max()) + 1 if colors.size else 0
@@ -215,12 +237,12 @@ def check_jacobian(
     forgiven: dict = {"kink": {}, "noise": {}}  # per input, elements judged on a second look: kinks, and the differences' noise
     if not partial:
         analytic = compressed_entries(function, inputs, patterns, colors, skip, shape, budget_bytes)
-        entries = _entries(names, inputs, patterns, truths, analytic, skip)
-        judged = [compare_entries(e.values["analytic"], _truths(e.values), tolerances) for e in entries]
+        entries = _entries(names, inputs, patterns, truths, analytic, skip, noises)
+        judged = [compare_entries(e.values["analytic"], _truths(e.values), tolerances, e.noises) for e in entries]
         if any(j[2] is not None for j in judged):  # a failure must hold with plain calls, not only under vmap
             analytic = compressed_entries(function, inputs, patterns, colors, skip, shape, budget_bytes, batched=False)
-            entries = _entries(names, inputs, patterns, truths, analytic, skip)
-            judged = [compare_entries(e.values["analytic"], _truths(e.values), tolerances) for e in entries]
+            entries = _entries(names, inputs, patterns, truths, analytic, skip, noises)
+            judged = [compare_entries(e.values["analytic"], _truths(e.values), tolerances, e.noises) for e in entries]
         judged, forgiven = _second_look(function, inputs, entries, judged, tolerances)
         marked = _marked_kinks(function, inputs, entries, plans, tolerances, budget_bytes)
         kink_elements = [np.union1d(forgiven["kink"].get(i, NONE), marked.get(i, NONE)) for i in range(len(inputs))]
@@ -244,8 +266,13 @@ def check_jacobian(
         for k in range(probes)
     )
 
-    probes_judged = [[compare_entries(p.products["analytic"][i], _probe_truths(p, i), tolerances) for i in range(len(inputs))]
-                     for p in probe_list]
+    def probe_noise(k: int, i: int) -> dict[str, np.ndarray] | None:  # Σ|u|·(entry noise) bounds the product's
+        if noises[i] is None:
+            return None
+        return {"numerical": gradient_from_entries(numerical[i][0], numerical[i][1], noises[i], np.abs(flat_u[k]), skip, sizes[i])}
+
+    probes_judged = [[compare_entries(p.products["analytic"][i], _probe_truths(p, i), tolerances, probe_noise(k, i)) for i in range(len(inputs))]
+                     for k, p in enumerate(probe_list)]
     zero = [p[0].numpy() for p in vector_jacobian_products(function, inputs, torch.zeros((1, *shape), dtype=torch.float64), batched=False)]
     finding = (_worst_entry(entries, judged, shape, tolerances) or _not_zero(zero, names, inputs, patterns, skip)
                or _off_pattern(entries, probe_list, tolerances) or _worst_probe(probe_list, probes_judged, names, inputs, tolerances))
@@ -271,15 +298,16 @@ def check_jacobian(
                            tuple(zero), shape, tuple(forgiven["noise"].get(i, NONE) for i in range(len(inputs))), tuple(kink_elements))
 
 
-def _entries(names, inputs, patterns, truths: list[dict[str, np.ndarray]], analytic: list[np.ndarray], skip: np.ndarray) -> list[InputEntries]:
+def _entries(names, inputs, patterns, truths: list[dict[str, np.ndarray]], analytic: list[np.ndarray], skip: np.ndarray,
+             noises: Sequence[np.ndarray | None]) -> list[InputEntries]:
     """Entries per input; those of outputs that are not finite are NaN in every source (left out)."""
     result = []
-    for name, x, (r, c), truth, a in zip(names, inputs, patterns, truths, analytic):
+    for name, x, (r, c), truth, a, noise in zip(names, inputs, patterns, truths, analytic, noises):
         values = {"analytic": a, **truth}
         if skip.size:
             undefined = np.isin(r, skip)
             values = {s: np.where(undefined, np.nan, v) for s, v in values.items()}
-        result.append(InputEntries(name, tuple(x.shape), r, c, values))
+        result.append(InputEntries(name, tuple(x.shape), r, c, values, noise if "numerical" in values else None))
     return result
 
 
@@ -310,19 +338,25 @@ def _off_pattern(entries: Sequence[InputEntries], probes: Sequence[Probe], toler
             n = probe.products["analytic"][i].size
             on_pattern = np.bincount(e.cols, weights=terms, minlength=n)
             scale = np.bincount(e.cols, weights=np.abs(terms), minlength=n)
+            truths = _probe_truths(probe, i)
+            atol = tolerances.atol * truth_scale(truths or {"analytic": probe.products["analytic"][i]})
             with np.errstate(invalid="ignore"):
                 outside = np.abs(probe.products["analytic"][i] - on_pattern)
-                excess = np.where(np.isfinite(on_pattern), outside - (tolerances.atol + tolerances.rtol**2 * scale), -np.inf)
+                excess = np.where(np.isfinite(on_pattern), outside - (atol + tolerances.rtol**2 * scale), -np.inf)
+                if truths:  # what the truth itself has outside the pattern (entries too small to see where it was found)
+                    name = next(iter(truths))
+                    truth_outside = np.abs(truths[name] - np.bincount(e.cols, weights=probe.upstream[e.rows] * e.values[name], minlength=n))
+                    excess -= np.nan_to_num(truth_outside, nan=0.0, posinf=0.0)
             if excess.size and excess.max() > 0:
                 k = int(np.argmax(excess))
                 if worst is None or excess[k] > worst[0]:
-                    worst = (excess[k], number, e.name, e.shape, k, outside[k])
+                    worst = (excess[k], number, e.name, e.shape, k, outside[k], atol)
     if worst is None:
         return None
-    _, number, name, shape, k, outside = worst
+    _, number, name, shape, k, outside, atol = worst
     return (f"for random upstream gradient {number}, the formula's backward gives {name}[{_index(k, shape)}] {outside:.6g} more "
             f"than its own Jacobian entries account for: it has entries where the true Jacobian is zero (outside the pattern), "
-            f"mixes grad_output across outputs, or is not linear in grad_output (allowed {tolerances.atol:g})")
+            f"mixes grad_output across outputs, or is not linear in grad_output (allowed {atol:.3g})")
 
 
 def _forgive(product: np.ndarray, elements: np.ndarray | None) -> np.ndarray:
@@ -346,7 +380,7 @@ def _marked_kinks(function, inputs, entries, plans, tolerances, budget_bytes) ->
             continue
         gaps, rounding = one_sided_gaps(function, inputs, plan, budget_bytes)
         cols = plan.cols if plan.structured else _all_columns(plan)  # a dense plan's entries: every (row, col)
-        suspect = (gaps > tolerances.atol + tolerances.rtol * np.abs(plan.values)) & (gaps > 16 * rounding)
+        suspect = (gaps > tolerances.atol * truth_scale({"numerical": plan.values}) + tolerances.rtol * np.abs(plan.values)) & (gaps > 16 * rounding)
         elements = np.unique(cols[suspect])
         if not elements.size or elements.size > MAX_SECOND_LOOK:
             continue
@@ -384,11 +418,12 @@ def _second_look(function, inputs, entries, judged, tolerances):
             new_judged.append((excess, left_out, against))
             continue
         looks = look_at_elements(function, inputs, i, elements.tolist(), tolerances.step)
+        scale = truth_scale(_truths(e.values))
         excess = excess.copy()
         kinked, noisy = set(), set()
         for k in failing:
             look, r, a = looks[int(e.cols[k])], int(e.rows[k]), e.values["analytic"][k]
-            allowed = tolerances.atol + tolerances.rtol * abs(look.central[r])
+            allowed = tolerances.atol * scale + tolerances.rtol * abs(look.central[r])
             if look.kink[r]:
                 low, high = sorted((look.forward[r], look.backward[r]))
                 if low - allowed <= a <= high + allowed:
@@ -424,7 +459,7 @@ def _worst_entry(entries: Sequence[InputEntries], judged, output_shape, toleranc
     _, e, k, against = worst
     where = f"∂out[{_index(int(e.rows[k]), output_shape)}] / ∂{e.name}[{_index(int(e.cols[k]), e.shape)}]"
     return (f"the Jacobian entry {where} is {_value(e.values['analytic'][k])} by the formula's backward, "
-            f"{e.values[against][k]:.6g} by the {against} truth (allowed {tolerances_text(tolerances, against)})")
+            f"{e.values[against][k]:.6g} by the {against} truth (allowed {tolerances_text(tolerances, against, truth_scale(_truths(e.values)))})")
 
 
 def _value(a: float) -> str:
@@ -439,17 +474,21 @@ def _worst_probe(probes: Sequence[Probe], judged, names, inputs, tolerances: Tol
             if against is not None:
                 k = int(np.argmax(excess))
                 if worst is None or excess[k] > worst[0]:
-                    worst = (excess[k], number, name, tuple(inputs[i].shape), k, analytic[k], probe.products[against][i][k], against)
+                    worst = (excess[k], number, name, tuple(inputs[i].shape), k, analytic[k], probe.products[against][i][k], against,
+                             truth_scale(_probe_truths(probe, i)))
     if worst is None:
         return None
-    _, number, name, shape, k, a, b, against = worst
+    _, number, name, shape, k, a, b, against, scale = worst
     return (f"for random upstream gradient {number}, uᵀJ at {name}[{_index(k, shape)}] is {_value(a)} by the formula's "
             f"backward, {b:.6g} by the {against} truth: the backward uses grad_output wrongly, or misses entries "
-            f"(allowed {tolerances_text(tolerances, against)})")
+            f"(allowed {tolerances_text(tolerances, against, scale)})")
 
 
-def tolerances_text(tolerances: Tolerances, against: str) -> str:
-    return f"{tolerances.atol:g} + {tolerances.rtol:g}·|{against}|"
+def tolerances_text(tolerances: Tolerances, against: str, scale: float = 1.0) -> str:
+    """The tolerance in words; atol is in units of the truth's largest |value| (``truth_scale``)."""
+    atol = f"{tolerances.atol:g}" if scale == 1.0 else f"{tolerances.atol:g}×{scale:.3g} (its largest |value|)"
+    own_error = f", and {NOISE_FACTOR}× the differences' own error" if against == "numerical" else ""
+    return f"{atol} + {tolerances.rtol:g}·|{against}|{own_error}"
 
 
 def _excluded(entries: Sequence[InputEntries], judged, output_shape) -> tuple[int, tuple[str, ...]]:

@@ -560,6 +560,19 @@ def numerical_entries(function, inputs, plan: DifferencePlan, step: float | None
     return rows, cols, jacobian[rows, cols]
 
 
+def entry_noise(plan: DifferencePlan, x: Tensor, rows: np.ndarray, cols: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Each numerical entry's own error estimate from rounding: f's rounding over the step
+    (eps·|f(x)|/h, carried by the evaluations), and the step's own rounding at x (x ± h is exact
+    only to eps·|x|, a relative error eps·|x|/h of the slope). Entries as ``numerical_entries`` gives them."""
+    if plan.gap_rounding is None:
+        return np.zeros(values.shape)
+    eps = torch.finfo(x.dtype).eps if x.is_floating_point() else 0.0
+    rounding = plan.gap_rounding if plan.structured else plan.gap_rounding.reshape(plan.n_outputs, plan.n_inputs)[rows, cols]
+    magnitude = np.abs(x.detach().double().cpu().reshape(-1).numpy())[cols]
+    with np.errstate(invalid="ignore"):
+        return rounding + eps * magnitude * np.abs(values) / plan.step
+
+
 def gradient_from_entries(rows, cols, values, upstream: np.ndarray, skip_rows: np.ndarray, n: int) -> np.ndarray:
     """Jᵀ·upstream from Jacobian entries, outputs that are not finite left out; an element that
     feeds one of them is NaN (its gradient is undefined)."""

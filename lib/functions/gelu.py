@@ -128,7 +128,7 @@ FAMILY = register(
             "tanh-backward": Formula(
                 "tanh-backward",
                 TanhBackwardGeluFunction.apply,
-                "Exact forward, tanh approximation's backward: off by ≤ 9e-4 near x = ±2; float32 tolerances miss it.",
+                "Exact forward, tanh approximation's backward: off by ≤ 9e-4 near x = ±2; gradcheck's float32 tolerances (1e-2) would miss it.",
                 r"\nabla_x = g\Big(\tfrac12(1 + t) + \tfrac12 x\,(1 - t^2)\,k\,(1 + 0.134145\,x^2)\Big),"
                 r"\ \ t = \tanh\!\big(k(x + 0.044715\,x^3)\big),\ k = \sqrt{2/\pi}",
                 correct=False,
