@@ -65,3 +65,22 @@ def test_principal_components_are_fitted_on_the_runs_that_did_not_diverge():
     assert result.pca_fitted_on == ("corrected",)
     corrected = result.pca_paths["corrected"]
     assert np.abs(corrected).max() < 100  # on the scale of the corrected run, not of the blow-up
+
+
+@pytest.mark.parametrize("shape", [(40, 300), (300, 40)], ids=["few long paths", "many short rows"])
+def test_top_components_are_the_svds_from_the_smaller_eigenproblem(shape):
+    from lib.trajectory import _top_components
+
+    a = np.random.default_rng(0).normal(size=shape) * np.linspace(3, 1, shape[1])
+    components, shares = _top_components(a, 2)
+    _, singular, expected = np.linalg.svd(a, full_matrices=False)
+    assert np.allclose(np.abs(np.sum(components * expected[:2], axis=1)), 1.0, atol=1e-8)  # the same directions, up to sign
+    assert np.allclose(shares, singular[:2] ** 2 / (singular**2).sum())
+
+
+def test_top_components_of_a_rank_one_cloud_leave_the_second_empty():
+    from lib.trajectory import _top_components
+
+    a = np.outer(np.arange(5.0) - 2, np.ones(7))
+    components, shares = _top_components(a, 2)
+    assert shares[0] == pytest.approx(1.0) and shares[1] == pytest.approx(0.0, abs=1e-12)
