@@ -53,10 +53,12 @@ def _symmetric_limit(*arrays: np.ndarray) -> float:
     return limit if limit > 0 else 1.0  # all zeros: any range draws them white
 
 
-def _grid(values: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray, str, str]:
-    """``values`` as the 2-D grid a heatmap needs, each cell's original index as a label, and the
-    x and y axis titles saying how the grid was made. Non-finite values become NaN: blank cells."""
+def _grid(values: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray | None, str, str]:
+    """``values`` as the 2-D grid a heatmap needs, a label per cell where the grid's own (row,
+    column) does not name the element (N-D inputs; None otherwise, see ``_where``), and the x and
+    y axis titles saying how the grid was made. Non-finite values become NaN: blank cells."""
     shape = values.shape
+    labels = None
     if values.ndim <= 1:
         grid, x_title, y_title = values.reshape(1, -1), "element index", "(1-D: one row)"
     elif values.ndim == 2:
@@ -64,13 +66,20 @@ def _grid(values: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray, str, s
     else:
         rest = "…".join(map(str, (1, values.ndim - 1)))
         grid, x_title, y_title = values.reshape(shape[0], math.prod(shape[1:])), f"flattened dims {rest} (row-major)", "dim 0"
-    labels = np.array([_label(name, np.unravel_index(i, shape)) for i in range(values.size)], dtype=object)
+        index = np.indices(shape).reshape(values.ndim, -1).T
+        labels = np.array([f"{name}[{', '.join(map(str, i))}]" for i in index.tolist()], dtype=object).reshape(grid.shape)
     grid = np.where(np.isfinite(grid), grid, np.nan).astype(np.float64)
-    return grid, labels.reshape(grid.shape), x_title, y_title
+    return grid, labels, x_title, y_title
 
 
-def _panels(title: str, panels: dict[str, tuple[np.ndarray, np.ndarray]], x_title: str, y_title: str, value: str,
-            scale: str = "shared") -> go.Figure:
+def _where(name: str, ndim: int) -> str:
+    """How a hover names the element under the pointer: from the cell's own row and column where
+    they are its index (no label per cell to build and send), else from the cell's label."""
+    return "%{text}" if ndim > 2 else f"{name}[%{{y}}, %{{x}}]" if ndim == 2 else f"{name}[%{{x}}]" if ndim == 1 else name
+
+
+def _panels(title: str, panels: dict[str, tuple[np.ndarray, np.ndarray | None]], x_title: str, y_title: str, value: str,
+            scale: str = "shared", where: str = "%{text}") -> go.Figure:
     """Heatmaps side by side on a symmetric diverging colour scale. ``panels``: panel title ->
     (2-D values, hover label per cell).
 
@@ -90,10 +99,10 @@ def _panels(title: str, panels: dict[str, tuple[np.ndarray, np.ndarray]], x_titl
         if per_panel:  # beside its own panel, in the gap before the next one; the subplot title names it
             right = fig.get_subplot(1, col).xaxis.domain[1]
             colorbar = {"x": right + 0.005, "xanchor": "left", "xpad": 4, "thickness": 12, "exponentformat": "power"}
-            hover = f"%{{text}}<br>{name}: %{{z:.6g}}<br>(this panel's colour scale: ±{limit:.3g})<extra></extra>"
+            hover = f"{where}<br>{name}: %{{z:.6g}}<br>(this panel's colour scale: ±{limit:.3g})<extra></extra>"
         else:
             colorbar = {"title": {"text": value}, "exponentformat": "power"}
-            hover = f"%{{text}}<br>{name}: %{{z:.6g}}<extra></extra>"
+            hover = f"{where}<br>{name}: %{{z:.6g}}<extra></extra>"
         fig.add_trace(
             go.Heatmap(
                 z=z, text=text, name=name, zmin=-limit, zmax=limit, colorscale=DIVERGING,
@@ -164,7 +173,8 @@ def gradient_heatmaps(comparison: InputComparison, sources: Sequence[str] = SOUR
     blank = sum(int(np.isnan(z).sum()) for z, *_ in grids.values())
     shape = tuple(comparison.gradients[sources[0]].shape)
     title = f"Gradient of the loss w.r.t. {comparison.name} {shape}, by source{_blank_note(blank)}"
-    fig = _panels(title, {s: (z, text) for s, (z, text, *_) in grids.items()}, x_title, y_title, "d loss / d input", scale)
+    fig = _panels(title, {s: (z, text) for s, (z, text, *_) in grids.items()}, x_title, y_title, "d loss / d input", scale,
+                  where=_where(comparison.name, len(shape)))
     _mark_kinks(fig, comparison, next(iter(grids.values()))[0].shape, panels=len(sources))
     return _scale_note(fig, scale)
 
@@ -186,7 +196,7 @@ def error_heatmap(comparison: InputComparison, pair: Pair = DEFAULT_PAIR, relati
         heatmap = go.Heatmap(
             z=z, text=text, customdata=raw, colorscale=SEQUENTIAL, hoverongaps=False,
             colorbar={"title": {"text": f"log10 |{a} − {b}| / |{b}|"}},
-            hovertemplate=f"%{{text}}<br>|{a} − {b}| / |{b}|: %{{customdata:.3g}}<br>log10: %{{z:.2f}}<extra></extra>",
+            hovertemplate=f"{_where(name, measure.ndim)}<br>|{a} − {b}| / |{b}|: %{{customdata:.3g}}<br>log10: %{{z:.2f}}<extra></extra>",
         )  # fmt: skip
         what, marker_name = f"relative error |{a} − {b}| / |{b}|, log10 colour", "worst relative error"
         peak = f"max {errors.max_rel:.3g}"
@@ -196,7 +206,7 @@ def error_heatmap(comparison: InputComparison, pair: Pair = DEFAULT_PAIR, relati
         heatmap = go.Heatmap(
             z=z, text=text, colorscale=DIVERGING, zmid=0.0, hoverongaps=False,
             colorbar={"title": {"text": f"{a} − {b}"}, "exponentformat": "power"},
-            hovertemplate=f"%{{text}}<br>{a} − {b}: %{{z:.6g}}<extra></extra>",
+            hovertemplate=f"{_where(name, errors.signed.ndim)}<br>{a} − {b}: %{{z:.6g}}<extra></extra>",
         )  # fmt: skip
         what, marker_name, peak = f"signed error {a} − {b}", f"worst |{a} − {b}|", f"max |·| {errors.max_abs:.3g}"
     fig = go.Figure(heatmap)

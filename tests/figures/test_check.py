@@ -64,9 +64,9 @@ def test_gradient_heatmaps_share_one_symmetric_scale(tutorial):
     for t, source in zip(maps, SOURCES):
         assert t.zmin == pytest.approx(-limit) and t.zmax == pytest.approx(limit)
         np.testing.assert_array_equal(np.asarray(t.z), c.gradients[source])
-        assert "%{text}" in t.hovertemplate and "%{z" in t.hovertemplate
+        assert "x1[%{y}, %{x}]" in t.hovertemplate and "%{z" in t.hovertemplate  # the cell names its element
     assert sum(bool(t.showscale) for t in maps) == 1
-    assert maps[1].text[3][5] == "x1[3, 5]"
+    assert maps[1].text is None and maps[1].hovertemplate.startswith("x1[%{y}, %{x}]")  # row and column are the index: no labels to send
     assert fig.layout.xaxis.title.text == "column (dim 1)" and fig.layout.yaxis.title.text == "row (dim 0)"
     assert "x1" in title(fig)
 
@@ -88,7 +88,7 @@ def test_gradient_heatmaps_per_panel_give_each_panel_its_own_range_and_colorbar(
         limit = np.abs(c.gradients[source]).max()
         assert t.zmin == pytest.approx(-limit) and t.zmax == pytest.approx(limit)
         np.testing.assert_array_equal(np.asarray(t.z), c.gradients[source])
-        assert f"±{limit:.3g}" in t.hovertemplate and "%{text}" in t.hovertemplate
+        assert f"±{limit:.3g}" in t.hovertemplate and "x1[%{y}, %{x}]" in t.hovertemplate
     # the tutorial's analytic gradient is far larger than the true one: the ranges differ
     assert maps[0].zmax > 10 * maps[1].zmax
     assert len({t.zmax for t in maps}) == 3
