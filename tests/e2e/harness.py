@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import json
 import os
+import random
 import signal
 import socket
 import statistics
@@ -168,18 +170,58 @@ def healthy(url: str, timeout: float = 2.0) -> bool:
         return False
 
 
+RUN_LOG = "GRADIENT_LAB_RUN_LOG"
+
+# ``python -m streamlit``, with every script run timed on the server: Streamlit runs a page of the
+# pages/ folder without app.py, but every run of either goes through one st.Page.run, so that is
+# what is timed (time.perf_counter, in the server's own process) and appended to $GRADIENT_LAB_RUN_LOG
+# as one JSON line: Streamlit's session id, the page, the milliseconds, and how the run ended
+# ("finished", or the exception that ended it: RerunException, StopException).
+RUN_TIMER = """
+import json, os, threading, time
+from streamlit.navigation.page import StreamlitPage
+from streamlit.runtime.scriptrunner import get_script_run_ctx
+from streamlit.web.cli import main
+
+path, lock, run = os.environ["GRADIENT_LAB_RUN_LOG"], threading.Lock(), StreamlitPage.run
+
+def timed(page):
+    start, ended = time.perf_counter(), "finished"
+    try:
+        return run(page)
+    except BaseException as error:
+        ended = type(error).__name__
+        raise
+    finally:
+        ms = (time.perf_counter() - start) * 1000
+        ctx = get_script_run_ctx()
+        line = {"session": ctx.session_id if ctx else None, "page": page.url_path or "home", "ms": round(ms, 1), "ended": ended}
+        with lock, open(path, "a") as log:
+            log.write(json.dumps(line) + "\\n")
+
+StreamlitPage.run = timed
+main(prog_name="streamlit")
+"""
+
+
 @contextmanager
-def streamlit_server(port: int | None = None, ready_timeout: float = 90.0) -> Iterator[str]:
+def streamlit_server(port: int | None = None, ready_timeout: float = 90.0,
+                     env: dict[str, str] | None = None) -> Iterator[str]:
     """``streamlit run app.py`` headless on 127.0.0.1, yielding its base URL once
-    ``/_stcore/health`` answers ok; the server (its whole process group) is stopped after."""
+    ``/_stcore/health`` answers ok; the server (its whole process group) is stopped after.
+
+    ``env``: more environment variables for the server. With ``GRADIENT_LAB_RUN_LOG`` (a file)
+    among them, the server times each script run into that file (``RUN_TIMER``, for the load
+    benchmark); without it, the server is plain ``python -m streamlit``."""
     port = port or free_port()
     log = tempfile.NamedTemporaryFile("w+", prefix="gradient-lab-e2e-", suffix=".log", delete=False)
     command = [
-        sys.executable, "-m", "streamlit", "run", "app.py",
+        sys.executable, *(("-c", RUN_TIMER) if env and env.get(RUN_LOG) else ("-m", "streamlit")), "run", "app.py",
         "--server.headless", "true", "--server.port", str(port), "--server.address", "127.0.0.1",
         "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
     ]
-    process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                               env={**os.environ, **env} if env else None)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + ready_timeout
@@ -398,17 +440,24 @@ async def _a_change(page, session: Session, action, timeout: float) -> None:
 @dataclass(frozen=True)
 class Workload:
     """How long each session keeps changing its settings: a fixed number of changes (the tests:
-    correctness without a clock) or a number of seconds (the benchmark: throughput)."""
+    correctness without a clock) or a number of seconds (the benchmark: throughput).
+
+    ``fresh_seeds``: each change types a seed no session of this load has used yet into the
+    sidebar, instead of walking the session's slider and select, so every rerun misses the cache.
+    ``think``: seconds a session waits after each finished rerun before its next change."""
 
     changes: int | None = None
     seconds: float | None = None
+    fresh_seeds: bool = False
+    think: float = 0.0
 
     def __post_init__(self) -> None:
         if (self.changes is None) == (self.seconds is None):
             raise ValueError("a workload is either a number of changes or a number of seconds")
 
     def describe(self) -> str:
-        return f"{self.changes} changes each" if self.changes is not None else f"{self.seconds:g} s each"
+        return (f"{self.changes} changes each" if self.changes is not None else f"{self.seconds:g} s each") \
+            + (", a fresh seed each change" if self.fresh_seeds else "") + (f", {self.think:g} s think time" if self.think else "")
 
 
 def _more_to_do(session: Session, workload: Workload, deadline: float) -> bool:
@@ -417,7 +466,8 @@ def _more_to_do(session: Session, workload: Workload, deadline: float) -> bool:
     return time.monotonic() < deadline
 
 
-async def _a_session(browser, base: str, session: Session, workload: Workload, timeout: float) -> None:
+async def _a_session(browser, base: str, session: Session, workload: Workload, timeout: float,
+                     seeds: Iterator[int]) -> None:
     context = await browser.new_context(viewport=VIEWPORT)
     await context.add_init_script(RUN_COUNTER)
     page = await context.new_page()
@@ -429,7 +479,18 @@ async def _a_session(browser, base: str, session: Session, workload: Workload, t
         turn = 0
         deadline = time.monotonic() + (workload.seconds or 0.0)
         while _more_to_do(session, workload, deadline):
-            if session.slider and (turn % 2 == 0 or not session.select):
+            if workload.fresh_seeds:
+                box = page.locator(f"{widget('seed')} input").first
+                seed = str(next(seeds))
+
+                async def type_seed(box=box, seed=seed):
+                    await box.fill(seed)
+                    await box.press("Enter")
+
+                await _a_change(page, session, type_seed, timeout)
+                session.expected["seed"] = seed
+                session.expected_url["seed"] = query_of(page.url).get("seed", "")
+            elif session.slider and (turn % 2 == 0 or not session.select):
                 key, low, high = session.slider
                 if not low <= step + direction <= high:
                     direction = -direction
@@ -461,6 +522,8 @@ async def _a_session(browser, base: str, session: Session, workload: Workload, t
             if found:
                 session.problems.extend(found)
                 break
+            if workload.think:
+                await asyncio.sleep(workload.think)
         await _a_check(page, session)
     except Exception as error:  # noqa: BLE001 - reported with the session's name
         session.problems.append(f"{type(error).__name__}: {error}")
@@ -477,15 +540,17 @@ async def _a_check(page, session: Session) -> None:
         if key not in session.expected and url.get(key) != value:
             session.problems.append(f"URL has {key}={url.get(key)!r}, not its own {value!r}")
     for key in ("rows", "features", "seed"):
-        if key in session.query:
+        if key in session.query and key not in session.expected:
             shown = await page.locator(f"{widget(key)} input").first.input_value()
             if shown != session.query[key]:
                 session.problems.append(f"the sidebar shows {key}={shown!r}, not its own {session.query[key]!r}")
     for key, value in session.expected.items():
         if session.slider and key == session.slider[0]:
             shown = await page.locator(f"{widget(key)} input[type='range']").get_attribute("aria-valuetext")
-        else:
+        elif session.select and key == session.select[0]:
             shown = await page.locator(f"{widget(key)} input[role='combobox']").input_value()
+        else:  # the seed, a number input
+            shown = await page.locator(f"{widget(key)} input").first.input_value()
         if shown != value:
             session.problems.append(f"the widget {key} shows {shown!r}, not the {value!r} this session set")
         if url.get(key) != session.expected_url[key] or not url.get(key):
@@ -504,26 +569,34 @@ class LoadResult:
         return [t for s in self.sessions for t in s.rerun_ms]
 
     def percentile(self, q: float) -> float:
-        times = sorted(self.rerun_ms)
-        if not times:
-            return float("nan")
-        if len(times) == 1:
-            return times[0]
-        return statistics.quantiles(times, n=100, method="inclusive")[int(q) - 1] if q < 100 else times[-1]
+        return percentile(self.rerun_ms, q)
 
     @property
     def problems(self) -> list[str]:
         return [f"{s.name}: {p}" for s in self.sessions for p in s.problems]
 
 
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile (1..100) of ``values``, NaN for none."""
+    times = sorted(values)
+    if not times:
+        return float("nan")
+    if len(times) == 1:
+        return times[0]
+    return statistics.quantiles(times, n=100, method="inclusive")[int(q) - 1] if q < 100 else times[-1]
+
+
 async def _a_load(base: str, sessions: list[Session], workload: Workload, timeout: float) -> LoadResult:
     from playwright.async_api import async_playwright
 
     start = time.monotonic()
+    # one counter for all sessions, from a random start: every seed typed is new, even on a server
+    # that an earlier load already warmed (--url)
+    seeds = itertools.count(random.randrange(1, 2**30))
     async with async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=LAUNCH_ARGS)
         try:
-            await asyncio.gather(*(_a_session(browser, base, s, workload, timeout) for s in sessions))
+            await asyncio.gather(*(_a_session(browser, base, s, workload, timeout, seeds) for s in sessions))
         finally:
             await browser.close()
     return LoadResult(sessions, healthy(base, timeout=10), time.monotonic() - start)
