@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import plotly.graph_objects as go
+import plotly.io as pio
+
+# Every figure here is drawn on plotly_white. As the default it is attached to each new figure
+# unvalidated (0.3 ms); assigned per figure it is validated and copied again (7 ms a figure).
+pio.templates.default = "plotly_white"
 
 # Okabe–Ito: distinguishable with the common colour-vision deficiencies
 PALETTE = ("#D55E00", "#0072B2", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000")
@@ -30,7 +35,6 @@ def base_layout(fig: go.Figure, title: str, x_title: str | None = None, y_title:
     """Title, axis titles, hover mode and margins every figure has."""
     fig.update_layout(
         title={"text": title, "x": 0.0, "xanchor": "left"},
-        template="plotly_white",
         margin={"l": 60, "r": 20, "t": 60, "b": 50},
         legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1.0},
         hoverlabel={"namelength": -1},
