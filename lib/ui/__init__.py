@@ -3,6 +3,14 @@ sidebar (``sidebar``), cached computations and messages (``compute``), showing v
 charts (``show``), downloads (``downloads``), the plane controls (``planes``). Pages use
 them through this package: ``ui.page_setup``, ``ui.compute``, ``ui.chart``, …"""
 
+import torch
+
+# The server runs each session's script in a thread of its own, so parallelism comes from the
+# sessions; torch's intra-op threads on top only fight them and anything else on the machine
+# (a batched cosine of 128×64×128 took 48 ms with 2 threads beside another busy process, 5 ms
+# with 1). Quiet, one thread is as fast here: these loops are bound by memory, not arithmetic.
+torch.set_num_threads(1)
+
 from lib.ui.compute import compute, guard
 from lib.ui.downloads import download
 from lib.ui.planes import plane_controls
