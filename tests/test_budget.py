@@ -1,9 +1,14 @@
-"""The memory guard refuses in words, with the estimate and the limit."""
+"""The memory guard refuses in words, with the estimate and the limit; what a gradient report
+needs is judged from its Jacobian's pattern, and refused before it is built."""
+
+import dataclasses
 
 import pytest
+import torch
 
 from lib import budget
 from lib.errors import LabError
+from lib.tolerances import default_tolerances
 
 
 def test_budget_comes_from_the_environment(monkeypatch):
@@ -32,6 +37,79 @@ def test_human_bytes():
 
 
 def test_estimates_grow_with_the_work():
-    assert budget.trajectory_bytes(2000, 10**6, 5) > budget.trajectory_bytes(20, 10**6, 5)
-    assert budget.field_bytes(41 * 41, 8192, 3) == 41 * 41 * 8192 * 8 * 5
+    assert budget.trajectory_bytes(2000, 10**6, 5) > budget.trajectory_bytes(20, 10**6, 5) > budget.trajectory_bytes(20, 10**6, 1)
+    assert budget.field_bytes(41 * 41, 8192) == 41 * 41 * 8192 * 8 * budget.FIELD_FACTOR
     assert budget.surface_bytes(201 * 201, 8192, 4, 256) < 2**30  # chunked: a 201² surface fits
+
+
+def test_a_report_estimate_grows_with_every_term_and_bounds_its_phases():
+    base = budget.report_bytes([8192, 8192], 64, [8192, 8192], 2**20)
+    assert 0 < base.kept < base.peak
+    for larger in (budget.report_bytes([8192, 8192], 64, [16384, 8192], 2**20), budget.report_bytes([8192, 8192], 128, [8192, 8192], 2**20),
+                   budget.report_bytes([16384, 8192], 64, [8192, 8192], 2**20), budget.report_bytes([8192, 8192], 64, [8192, 8192], 2**30)):
+        assert larger.peak > base.peak
+    entries = 10**7
+    big = budget.report_bytes([8192], 8192, [entries], 2**20)
+    assert big.kept >= budget.ENTRY_KEPT * entries and big.peak >= (budget.ENTRY_KEPT + budget.ENTRY_WORK) * entries
+    # phases that never overlap count once: the largest
+    chunky = budget.report_bytes([10], 10, [10], 2**30)
+    assert budget.CHUNK_FACTOR * 2**30 <= chunky.peak - chunky.kept < budget.CHUNK_FACTOR * 2**30 + 2**20
+
+
+def test_the_engine_limits_the_estimate_assumes_are_the_engines():
+    from lib.compare import DEFAULT_JACOBIAN_LIMIT
+    from lib.diagnosis import MAX_ENTRIES_BY_HAND
+    from lib.numerical import MAX_SECOND_LOOK
+
+    defaults = budget.report_bytes.__kwdefaults__
+    assert defaults == {"looked": MAX_SECOND_LOOK, "drawn_jacobian": DEFAULT_JACOBIAN_LIMIT, "by_hand": MAX_ENTRIES_BY_HAND}
+
+
+def test_a_pattern_that_fails_at_the_point_is_refused_before_its_whole_jacobian_is_built():
+    """Normalisation with a zero row: the reference's pattern does not reproduce the differences
+    there, so the engine would difference all 8,192 × 8,192 entries (about 15 GiB): refused, in words."""
+    from lib import views
+    from lib.case import Case
+    from lib.perturb import Perturbation
+
+    case = Case(family="normalize", formulas=("corrected",), shape=(64, 128), perturbation=Perturbation(near_zero_rows=2, near_zero_factor=0.0))
+    with pytest.raises(LabError) as refused:
+        views.gradient_report(case, "corrected")
+    text = str(refused.value)
+    assert "pattern does not hold at this point for x" in text and "67,108,864 entries" in text and "budget of 2.0 GiB" in text
+    assert views.gradient_report(Case(family="normalize", formulas=("corrected",), shape=(64, 128)), "corrected").verdict.passed
+
+
+def test_a_large_pattern_is_counted_once_and_a_whole_jacobian_without_one_refused(monkeypatch):
+    from lib import views
+    from lib.case import Case
+
+    counted = []
+    real = views.jacobian_rows
+    monkeypatch.setattr(views, "jacobian_rows", lambda *a, **k: counted.append(1) or real(*a, **k))
+    views._PATTERN_COUNTS.clear()
+    case = Case(family="softmax", formulas=("corrected", "batch-sum"), shape=(64, 128))  # 8,192² whole, 1,048,576 in its pattern
+    assert [r.formula for r in views.verdicts(case)] == ["corrected", "batch-sum"]
+    assert counted == [1]  # by the guard, once for both formulas: the engine reads its own pattern
+    family = dataclasses.replace(case.get_family(), reference=None)  # no reference: no pattern, every entry
+    inputs = case.inputs()
+    with pytest.raises(LabError, match=r"every entry of its Jacobian compared, 8,192 outputs by 8,192 input elements"):
+        views._require_report_memory(family, "corrected", inputs, case.param_values(), default_tolerances(torch.float64), "Checking")
+
+
+def test_pytorchs_checks_are_guarded_too(monkeypatch):
+    from lib import views
+    from lib.case import Case
+
+    assert budget.conformance_bytes(4096, 4096) < budget.memory_budget()  # the largest allowed shape fits the default budget
+    monkeypatch.setenv("GRADIENT_LAB_MEMORY_MB", "64")
+    with pytest.raises(LabError, match="PyTorch's checks of shape"):
+        views.conformance(Case(family="softmax", shape=(64, 64)), "corrected")
+
+
+def test_freed_memory_is_handed_back_where_the_allocator_allows():
+    resident = budget.resident_bytes()
+    released = budget.release_freed_memory()
+    if resident is None:
+        pytest.skip("needs Linux's /proc to read resident memory")
+    assert resident > 0 and isinstance(released, bool)

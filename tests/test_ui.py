@@ -1,5 +1,7 @@
-"""lib/ui helpers that need no running page: downloads' text and default choices."""
+"""lib/ui helpers that need no running page: downloads' text, default choices, and the cache of
+results, bounded in entries and in bytes."""
 
+import importlib
 import json
 import math
 
@@ -23,3 +25,112 @@ def test_plain_makes_json_safe_values():
 
 def test_default_formulas_are_two_wrong_and_every_correct_one():
     assert default_formulas(get_family("cosine")) == ["tutorial", "sign-fixed", "corrected"]
+
+
+# ---- the cache of results: bounded in entries and in bytes ---------------------------------------------
+
+
+def test_the_ledger_drops_the_oldest_first_to_stay_within_its_bytes():
+    from lib.ui.compute import _Ledger
+
+    ledger, f, g = _Ledger(), object(), object()
+    assert ledger.record(f, (1,), 40, limit=100, per_function=10) == []
+    assert ledger.record(g, ("a",), 40, limit=100, per_function=10) == []
+    assert ledger.record(f, (1,), 40, limit=100, per_function=10) == []  # used again: counted once, now the newest
+    assert ledger.total == 80 and len(ledger) == 2
+    assert ledger.record(f, (2,), 30, limit=100, per_function=10) == [(g, ("a",))]  # the least recently used goes
+    assert ledger.total == 70
+    assert ledger.record(g, ("big",), 500, limit=100, per_function=10) == [(f, (1,)), (f, (2,)), (g, ("big",))]  # too large to keep at all
+    assert ledger.total == 0 and len(ledger) == 0
+
+
+def test_the_ledger_keeps_a_bounded_number_of_entries_per_function():
+    from lib.ui.compute import _Ledger
+
+    ledger, f, g = _Ledger(), object(), object()
+    ledger.record(f, (0,), 1, limit=10**9, per_function=2)
+    ledger.record(g, (0,), 1, limit=10**9, per_function=2)
+    ledger.record(f, (1,), 1, limit=10**9, per_function=2)
+    assert ledger.record(f, (2,), 1, limit=10**9, per_function=2) == [(f, (0,))]  # f's oldest, not g's
+    assert len(ledger) == 3
+    unhashable = ([1, 2],)  # keyed by its pickle
+    ledger.record(g, unhashable, 5, limit=10**9, per_function=5)
+    ledger.record(g, unhashable, 5, limit=10**9, per_function=5)
+    assert ledger.total == 3 + 5
+
+
+def test_the_ledger_stays_consistent_under_threads():
+    import threading
+
+    from lib.ui.compute import _Ledger
+
+    ledger, f = _Ledger(), object()
+    dropped = []
+
+    def work(start):
+        for i in range(start, start + 500):
+            dropped.extend(ledger.record(f, (i % 300,), 7, limit=7 * 100, per_function=1000))
+
+    threads = [threading.Thread(target=work, args=(k * 1000,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert ledger.total == 7 * len(ledger) <= 7 * 100
+
+
+def test_cached_results_stay_within_their_share_of_the_budget(monkeypatch):
+    import numpy as np
+    import streamlit as st
+
+    compute = importlib.import_module("lib.ui.compute")  # the module: lib.ui's own ``compute`` is its function
+
+    calls = []
+
+    def result(index: int, mib: int):
+        calls.append(index)
+        return {"values": np.zeros(mib * 2**20 // 8)}
+
+    st.cache_data.clear()
+    compute._LEDGER.clear()
+    monkeypatch.setenv("GRADIENT_LAB_MEMORY_MB", "16")  # cached results: 8 MiB
+    assert compute.cache_limit() == 8 * 2**20
+    fn = compute.cached(result)
+    first = fn(0, 3)
+    first["values"][:] = 1.0  # a careless page mutating its result
+    assert (fn(0, 3)["values"] == 0).all() and calls == [0]  # a copy, from the cache
+    fn(1, 3)
+    fn(2, 3)  # 9 MiB: the oldest, 0, goes
+    assert compute.cached_bytes() == 6 * 2**20
+    fn(1, 3)
+    fn(2, 3)
+    assert calls == [0, 1, 2]
+    fn(0, 3)
+    assert calls == [0, 1, 2, 0]  # computed again
+    fn(3, 9)
+    fn(3, 9)
+    assert calls == [0, 1, 2, 0, 3, 3] and compute.cached_bytes() == 0  # larger than the share: never kept
+    st.cache_data.clear()
+    compute._LEDGER.clear()
+
+
+def test_progress_moves_the_bar_and_hands_freed_memory_back(monkeypatch):
+    compute = importlib.import_module("lib.ui.compute")
+    released, moved, resident = [], [], [10**9]
+    monkeypatch.setattr(compute, "_RELEASE", compute._Releaser())
+    monkeypatch.setattr(compute, "release_freed_memory", lambda: released.append(resident[0]) or True)
+    monkeypatch.setattr(compute, "resident_bytes", lambda: resident[0])
+    monkeypatch.setenv("GRADIENT_LAB_MEMORY_MB", "1600")  # a step: 100 MiB
+
+    class Bar:
+        def progress(self, fraction, text):
+            moved.append((fraction, text))
+
+    update = compute._progress(Bar(), "Working…")
+    update(0.25)  # the first time: hands back what there is
+    resident[0] += 50 * 2**20
+    update(0.5)  # grown by less than a step: nothing
+    resident[0] += 60 * 2**20
+    update(1.0)  # grown by more: hands back
+    assert moved == [(0.25, "Working…"), (0.5, "Working…"), (1.0, "Working…")]
+    assert released == [10**9, 10**9 + 110 * 2**20]

@@ -1,16 +1,23 @@
-"""Computations for a page: cached by their plain arguments, with a spinner and a progress
-bar, and every failure said in words on the page instead of a traceback."""
+"""Computations for a page: cached by their plain arguments (bounded in entries and in bytes),
+with a spinner and a progress bar, and every failure said in words on the page instead of a
+traceback."""
 
 from __future__ import annotations
 
+import functools
+import pickle
+import threading
 import traceback
+from collections import OrderedDict
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Hashable, Iterator
 
 import streamlit as st
 
+from lib.budget import memory_budget, release_freed_memory, resident_bytes
 from lib.errors import LabError
 from lib.progress import listening
+from lib.sizes import array_bytes
 
 try:  # Streamlit's own flag for "inside a cached function"; internal, so optional
     from streamlit.runtime.scriptrunner_utils.script_run_context import in_cached_function
@@ -20,24 +27,144 @@ except ImportError:  # pragma: no cover
 
 INTERNAL_ERROR = "Internal error"  # how a caught crash begins: tests tell it from a message meant for the user
 CACHED_RESULTS = 64  # per function: results are copies, so each session gets its own
+# Cached results together take at most this share of the memory budget, the oldest dropped first.
+# A computation may take the whole budget while it runs (its guard says so), so while one runs the
+# process holds the libraries, the budget and this share; half keeps many results (a 64×128 report
+# keeps a few MiB, the largest the guard allows some hundreds) while bounding what idle results cost.
+CACHE_SHARE = 0.5
 
 
+def cache_limit() -> int:
+    """The bytes all cached results together may take: a share of the memory budget."""
+    return int(CACHE_SHARE * memory_budget())
+
+
+class _Ledger:
+    """What ``st.cache_data`` holds for the functions ``cached`` wraps, entry by entry (a function
+    and its arguments) with the bytes of its arrays (``lib.sizes.array_bytes``), least recently
+    used first; thread-safe (sessions run in threads). It says which entries to drop; dropping them
+    is the caller's (``CachedFunc.clear`` with their arguments).
+
+    It only counts what went through ``cached``: an entry that Streamlit dropped by itself
+    (``st.cache_data.clear()``) stays counted until it is used again (counted afresh) or dropped
+    as the oldest, so the total errs on the high side, never the low."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[Hashable, tuple[Any, tuple, int]] = OrderedDict()  # key -> (wrapped, args, bytes)
+        self._counts: dict[Any, int] = {}  # entries per wrapped function
+        self._bytes = 0
+
+    @property
+    def total(self) -> int:
+        with self._lock:
+            return self._bytes
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+    def record(self, wrapped, args: tuple, size: int, limit: int, per_function: int) -> list[tuple[Any, tuple]]:
+        """Note that ``wrapped(*args)`` is cached and ``size`` bytes, as its most recent use; return
+        the entries to drop, (wrapped, args) oldest first, so that every function keeps at most
+        ``per_function`` entries and all together at most ``limit`` bytes: this one too if it alone
+        is larger."""
+        key = _key(wrapped, args)
+        with self._lock:
+            self._pop(key)
+            self._entries[key] = (wrapped, args, size)
+            self._counts[wrapped] = self._counts.get(wrapped, 0) + 1
+            self._bytes += size
+            victims = []
+            if self._counts[wrapped] > per_function:
+                victims.append(self._pop(next(k for k, (w, _, _) in self._entries.items() if w is wrapped)))
+            while self._bytes > limit:
+                victims.append(self._pop(next(iter(self._entries))))
+            return victims
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._counts.clear()
+            self._bytes = 0
+
+    def _pop(self, key: Hashable) -> tuple[Any, tuple] | None:
+        entry = self._entries.pop(key, None)
+        if entry is None:
+            return None
+        wrapped, args, size = entry
+        self._counts[wrapped] -= 1
+        self._bytes -= size
+        return wrapped, args
+
+
+def _key(wrapped, args: tuple) -> Hashable:
+    try:
+        hash(args)
+        return wrapped, args
+    except TypeError:  # an argument that is not hashable: its pickle stands in for it
+        return wrapped, pickle.dumps(args)
+
+
+_LEDGER = _Ledger()
 _CACHED: dict[Callable[..., Any], Callable[..., Any]] = {}
 
 
 def cached(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` wrapped by ``st.cache_data`` once: the function handed in is the one cached and
-    called, keyed by its plain arguments."""
+    called, keyed by its plain arguments; each session gets its own copy of a result. Results are
+    bounded in entries (``CACHED_RESULTS`` per function) and in bytes (``cache_limit``, all
+    functions together), the least recently used dropped first."""
     if fn not in _CACHED:
-        _CACHED[fn] = st.cache_data(max_entries=CACHED_RESULTS, show_spinner=False)(fn)
+        store = st.cache_data(show_spinner=False)(fn)
+
+        @functools.wraps(fn)
+        def call(*args: Any) -> Any:
+            result = store(*args)
+            for wrapped, victim_args in _LEDGER.record(store, args, array_bytes(result), cache_limit(), CACHED_RESULTS):
+                wrapped.clear(*victim_args)  # outside the ledger's lock: Streamlit takes its own
+            return result
+
+        call.clear = store.clear  # type: ignore[attr-defined]
+        _CACHED[fn] = call
     return _CACHED[fn]
+
+
+def cached_bytes() -> int:
+    """The bytes the cached results take together, as counted when they were stored."""
+    return _LEDGER.total
+
+
+class _Releaser:
+    """Hands freed memory back to the system (``lib.budget.release_freed_memory``) whenever the
+    process has grown by a step (a sixteenth of the budget) since it last did: between the chunks
+    of a long computation, which report their progress, and after every computation."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._after: int | None = None  # resident bytes after the last release
+
+    def __call__(self, always: bool = False) -> None:
+        resident = resident_bytes()
+        if resident is None:
+            return
+        with self._lock:
+            if not always and self._after is not None and resident < self._after + memory_budget() // 16:
+                return
+            release_freed_memory()
+            self._after = resident_bytes()
+
+
+_RELEASE = _Releaser()
 
 
 def _progress(bar, what: str) -> Callable[[float], None]:
     """Moves ``bar`` from inside a cached call without recording the update in the cached
-    result (a replayed update would point at a bar that no longer exists)."""
+    result (a replayed update would point at a bar that no longer exists); between chunks, hands
+    memory freed by the last ones back to the system."""
 
     def update(fraction: float) -> None:
+        _RELEASE()
         if in_cached_function is None:  # this Streamlit keeps no such flag: nothing to hide
             bar.progress(fraction, text=what)
             return
@@ -55,8 +182,11 @@ def compute(fn: Callable[..., Any], *args: Any, what: str = "Computing…") -> A
     progress bar; a LabError or any failure becomes a message on the page and None."""
     with guard(what.rstrip("…")):
         bar = st.empty()
-        with st.spinner(what), listening(_progress(bar, what)):
-            result = cached(fn)(*args)
+        try:
+            with st.spinner(what), listening(_progress(bar, what)):
+                result = cached(fn)(*args)
+        finally:
+            _RELEASE(always=True)  # what the computation freed, before the page draws
         bar.empty()
         return result
     return None
