@@ -359,6 +359,11 @@ def _checks(function, inputs, index: int, step: float) -> tuple[tuple[np.ndarray
 
 _STRUCTURES: OrderedDict[Hashable, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = OrderedDict()
 _STRUCTURES_KEPT = 32
+_STRUCTURES_BYTES = 64 * 2**20  # and no more than this in all (int32 rows, cols, colours: 12 B an entry)
+
+
+def _structures_bytes() -> int:
+    return sum(a.nbytes for found in _STRUCTURES.values() for arrays in found for a in arrays)
 
 
 def _full_key(key: Hashable | None, inputs) -> Hashable | None:
@@ -384,8 +389,8 @@ def _fresh_structures(reference, inputs, budget_bytes: int, key: Hashable | None
     full_key = _full_key(key, inputs)
     if full_key is not None:
         _STRUCTURES[full_key] = found
-        while len(_STRUCTURES) > _STRUCTURES_KEPT:
-            _STRUCTURES.popitem(last=False)
+        while _STRUCTURES and (len(_STRUCTURES) > _STRUCTURES_KEPT or _structures_bytes() > _STRUCTURES_BYTES):
+            _STRUCTURES.popitem(last=False)  # the oldest first; one pattern larger than the bound is not kept
     return found
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from lib import views
+from lib import numerical, views
 from lib.case import Case
 from lib.compare import compare_gradients
 from lib.errors import LabError
@@ -144,8 +144,8 @@ def test_a_session_at_the_largest_allowed_settings_stays_within_the_budget():
     as the pages call them (cached, freed memory handed back), in a fresh process. Its peak resident
     memory must stay within: what the process holds once the libraries are loaded (torch, streamlit,
     the app's lib: measured there, before any computation), the budget (the one computation running),
-    the share cached results may keep, the Jacobian patterns lib.numerical keeps for reuse (not yet
-    bounded by the budget: measured at the end) and SLACK."""
+    the share cached results may keep, the Jacobian patterns lib.numerical keeps for reuse (bounded
+    by their own limit, _STRUCTURES_BYTES) and SLACK."""
     if not Path("/proc/self/status").exists():
         pytest.skip("needs Linux's /proc to read resident memory")
     env = {**os.environ, "GRADIENT_LAB_MEMORY_MB": str(SESSION_BUDGET_MB), "GRADIENT_LAB_WORK_LIMIT": SESSION_WORK_LIMIT,
@@ -158,7 +158,8 @@ def test_a_session_at_the_largest_allowed_settings_stays_within_the_budget():
     ran = {(r["page"], r["view"]): r for r in found["ran"]}
     assert len(ran) == len(found["ran"]) and all(r["ran"] for r in found["ran"]), found["ran"]
     assert all(r["rows"] >= 1 for r in found["ran"]), found["ran"]
-    allowance = found["baseline"] + budget + found["cache_limit"] + found["patterns"] + SLACK
+    assert found["patterns"] <= numerical._STRUCTURES_BYTES
+    allowance = found["baseline"] + budget + found["cache_limit"] + numerical._STRUCTURES_BYTES + SLACK
     assert found["peak"] <= allowance, (f"peak {found['peak'] >> 20} MiB > {allowance >> 20} MiB: baseline {found['baseline'] >> 20}, "
                                          f"patterns {found['patterns'] >> 20}; {found['ran']}")
 

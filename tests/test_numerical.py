@@ -233,3 +233,16 @@ def test_a_wrong_vmap_rule_does_not_corrupt_the_truth(with_reference):
     (plan,) = plan_differences(f, (lambda x: x * x) if with_reference else None, (x,), 1e-6)
     got = numerical_gradient(f, (x,), plan, torch.ones(3, 4, dtype=F64), 1e-6)
     np.testing.assert_allclose(got, 2 * x.numpy(), atol=1e-8)
+
+
+def test_kept_patterns_are_bounded_in_bytes_oldest_dropped_first(monkeypatch):
+    from lib import numerical
+
+    monkeypatch.setattr(numerical, "_STRUCTURES", numerical.OrderedDict())
+    x = torch.randn(8, 16, dtype=torch.float64)
+    one = sum(a.nbytes for arrays in numerical._fresh_structures(lambda t: t.softmax(-1), (x,), 2**26, "a")
+              for a in arrays)
+    monkeypatch.setattr(numerical, "_STRUCTURES_BYTES", int(1.5 * one))  # room for one such pattern, not two
+    numerical._fresh_structures(lambda t: t.softmax(-1), (x,), 2**26, "b")
+    assert list(numerical._STRUCTURES) == [numerical._full_key("b", (x,))]
+    assert numerical._structures_bytes() <= numerical._STRUCTURES_BYTES
