@@ -203,7 +203,8 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def _drawn_gradient_finding(comparisons: Sequence[InputComparison], tolerances: Tolerances, has_reference: bool,
-                            second_looked: Sequence[np.ndarray] = (), noises: Sequence[np.ndarray | None] = ()) -> str | None:
+                            second_looked: Sequence[np.ndarray] = (), noises: Sequence[np.ndarray | None] = (),
+                            scales: Sequence[float | None] = ()) -> str | None:
     """The drawn gradients (one vector-Jacobian product, for the chosen upstream) against the
     truth: a backward may treat this one upstream specially, so it is checked as it is drawn.
     Elements the Jacobian check passed on a second look (kinks, the differences' own noise) are
@@ -218,12 +219,13 @@ def _drawn_gradient_finding(comparisons: Sequence[InputComparison], tolerances: 
             numerical, reference = numerical.reshape(c.gradients["numerical"].shape), reference.reshape(c.gradients["reference"].shape)
         truths = {"numerical": numerical, **({"reference": reference} if has_reference else {})}
         noise = {"numerical": noises[i]} if i < len(noises) and noises[i] is not None else None
-        excess, _, against = compare_entries(c.gradients["analytic"], truths, tolerances, noise)
+        scale = scales[i] if i < len(scales) and scales[i] is not None else truth_scale(truths)  # the Jacobian's, not the product's
+        excess, _, against = compare_entries(c.gradients["analytic"], truths, tolerances, noise, scale)
         if excess.size and excess.max() > 0:
             index = np.unravel_index(int(np.argmax(excess)), excess.shape)
             at = f"{c.name}[{', '.join(map(str, index))}]"
             return (f"the drawn gradient at {at} is {c.gradients['analytic'][index]:.6g} by the formula's backward, "
-                    f"{c.gradients[against][index]:.6g} by the {against} truth ({tolerances_text(tolerances, against, truth_scale(truths))})")
+                    f"{c.gradients[against][index]:.6g} by the {against} truth ({tolerances_text(tolerances, against, scale)})")
     return None
 
 
@@ -405,7 +407,8 @@ def compare_gradients(
     notes = tuple(c.non_finite["input"].describe(c.name) for c in comparisons if c.non_finite["input"].count)
     drawn = None if failure else _drawn_gradient_finding(comparisons, tolerances, reference is not None,
                                                          jacobian.second_looked if jacobian is not None else (),
-                                                         [_gradient_noise(run, inputs, p, drawn_upstream, budget_bytes) for p in plans])
+                                                         [_gradient_noise(run, inputs, p, drawn_upstream, budget_bytes) for p in plans],
+                                                         jacobian.scales if jacobian is not None else ())
     diagnosis = None
     if failure and "size of tensor" in failure and any(x.dim() >= 3 for x in inputs):
         diagnosis = Diagnosis((Finding("reduction dim", "the backward reduces over the wrong dim: its shapes do not match a 3-D input's", failure),))

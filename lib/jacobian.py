@@ -123,6 +123,7 @@ class JacobianVerdict:
     output_shape: tuple[int, ...] = ()
     second_looked: tuple[np.ndarray, ...] = ()  # per input, elements passed on a second look (kinks, the differences' noise)
     kinks: tuple[np.ndarray, ...] = ()  # per input, flat indices of the elements where the function has a kink
+    scales: tuple[float | None, ...] = ()  # per input, the unit of atol: the largest |true entry| of its Jacobian
 
     @property
     def outcome(self) -> str:
@@ -149,12 +150,13 @@ def truth_scale(truths: dict[str, np.ndarray]) -> float:
 
 
 def compare_entries(analytic: np.ndarray, truths: dict[str, np.ndarray], tolerances: Tolerances,
-                    noise: dict[str, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray, str | None]:
+                    noise: dict[str, np.ndarray] | None = None, scale: float | None = None) -> tuple[np.ndarray, np.ndarray, str | None]:
     """Per entry: (excess over tolerance, left out, the truth it was worst against).
 
     An entry is left out where no truth is finite, or where the analytic value and the reference
     are both non-finite (the formula agrees with PyTorch there). Elsewhere it fails against every
-    finite truth it differs from by more than atol·scale + rtol·|truth| (scale: ``truth_scale``)
+    finite truth it differs from by more than atol·scale + rtol·|truth| (scale: given, or ``truth_scale``;
+    a product uᵀJ is given its Jacobian's, since the product itself may be 0 up to rounding)
     and, for a truth with an error estimate in ``noise`` (the finite differences' rounding),
     NOISE_FACTOR times that estimate; and wherever it is not finite itself. ``excess`` > 0 marks
     a failure; +inf an analytic value that is not finite."""
@@ -165,7 +167,7 @@ def compare_entries(analytic: np.ndarray, truths: dict[str, np.ndarray], toleran
     any_truth = np.zeros(a.shape, dtype=bool)
     excess = np.full(a.shape, -np.inf)
     worst_gap, against = -np.inf, None
-    atol = tolerances.atol * truth_scale(truths)
+    atol = tolerances.atol * (truth_scale(truths) if scale is None else scale)
     for name, truth in truths.items():
         finite_truth = np.isfinite(truth)
         any_truth |= finite_truth
@@ -271,11 +273,12 @@ def check_jacobian(
             return None
         return {"numerical": gradient_from_entries(numerical[i][0], numerical[i][1], noises[i], np.abs(flat_u[k]), skip, sizes[i])}
 
-    probes_judged = [[compare_entries(p.products["analytic"][i], _probe_truths(p, i), tolerances, probe_noise(k, i)) for i in range(len(inputs))]
-                     for k, p in enumerate(probe_list)]
+    scales = [truth_scale(_truths(e.values)) for e in entries] if entries else [None] * len(inputs)
+    probes_judged = [[compare_entries(p.products["analytic"][i], _probe_truths(p, i), tolerances, probe_noise(k, i), scales[i])
+                      for i in range(len(inputs))] for k, p in enumerate(probe_list)]
     zero = [p[0].numpy() for p in vector_jacobian_products(function, inputs, torch.zeros((1, *shape), dtype=torch.float64), batched=False)]
     finding = (_worst_entry(entries, judged, shape, tolerances) or _not_zero(zero, names, inputs, patterns, skip)
-               or _off_pattern(entries, probe_list, tolerances) or _worst_probe(probe_list, probes_judged, names, inputs, tolerances))
+               or _off_pattern(entries, probe_list, tolerances, scales) or _worst_probe(probe_list, probes_judged, names, inputs, tolerances, scales))
     structural = sum(r.size for r, _ in patterns)
     excluded, where = _excluded(entries, judged, shape)
     probed = sum(int((~j[1]).sum()) for per_probe in probes_judged for j in per_probe)
@@ -295,7 +298,8 @@ def check_jacobian(
         partial=partial,
     )
     return JacobianVerdict(finding is None and not coverage.empty, finding or "", coverage, tuple(entries), probe_list,
-                           tuple(zero), shape, tuple(forgiven["noise"].get(i, NONE) for i in range(len(inputs))), tuple(kink_elements))
+                           tuple(zero), shape, tuple(forgiven["noise"].get(i, NONE) for i in range(len(inputs))), tuple(kink_elements),
+                           tuple(scales))
 
 
 def _entries(names, inputs, patterns, truths: list[dict[str, np.ndarray]], analytic: list[np.ndarray], skip: np.ndarray,
@@ -326,7 +330,7 @@ def _not_zero(gradients: Sequence[np.ndarray], names, inputs, patterns, skip: np
     return None
 
 
-def _off_pattern(entries: Sequence[InputEntries], probes: Sequence[Probe], tolerances: Tolerances) -> str | None:
+def _off_pattern(entries: Sequence[InputEntries], probes: Sequence[Probe], tolerances: Tolerances, scales: Sequence[float | None]) -> str | None:
     """What the formula's backward puts outside the pattern, for each random upstream u: uᵀJ by a
     plain call minus the part that the entries already checked account for. The truth is 0
     there, so this is held to atol, as gradcheck holds an entry whose truth is 0; rtol² of the
@@ -339,7 +343,7 @@ def _off_pattern(entries: Sequence[InputEntries], probes: Sequence[Probe], toler
             on_pattern = np.bincount(e.cols, weights=terms, minlength=n)
             scale = np.bincount(e.cols, weights=np.abs(terms), minlength=n)
             truths = _probe_truths(probe, i)
-            atol = tolerances.atol * truth_scale(truths or {"analytic": probe.products["analytic"][i]})
+            atol = tolerances.atol * (scales[i] if scales[i] is not None else truth_scale(truths or {"analytic": probe.products["analytic"][i]}))
             with np.errstate(invalid="ignore"):
                 outside = np.abs(probe.products["analytic"][i] - on_pattern)
                 excess = np.where(np.isfinite(on_pattern), outside - (atol + tolerances.rtol**2 * scale), -np.inf)
@@ -466,7 +470,7 @@ def _value(a: float) -> str:
     return f"{a:.6g}" if np.isfinite(a) else f"not finite ({a})"
 
 
-def _worst_probe(probes: Sequence[Probe], judged, names, inputs, tolerances: Tolerances) -> str | None:
+def _worst_probe(probes: Sequence[Probe], judged, names, inputs, tolerances: Tolerances, scales: Sequence[float | None]) -> str | None:
     worst = None
     for number, (probe, per_input) in enumerate(zip(probes, judged), 1):
         for i, (name, (excess, _, against)) in enumerate(zip(names, per_input)):
@@ -475,7 +479,7 @@ def _worst_probe(probes: Sequence[Probe], judged, names, inputs, tolerances: Tol
                 k = int(np.argmax(excess))
                 if worst is None or excess[k] > worst[0]:
                     worst = (excess[k], number, name, tuple(inputs[i].shape), k, analytic[k], probe.products[against][i][k], against,
-                             truth_scale(_probe_truths(probe, i)))
+                             scales[i] if scales[i] is not None else truth_scale(_probe_truths(probe, i)))
     if worst is None:
         return None
     _, number, name, shape, k, a, b, against, scale = worst

@@ -1,0 +1,87 @@
+"""The command line: the right exit status for a module whose formulas are as declared, one whose
+correct formula is broken, and one that fails to import (each in a subprocess, as CI runs it), and
+its three formats."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from xml.etree import ElementTree
+
+import pytest
+
+from lib import check
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = str(ROOT / "examples" / "my_functions.py")
+BROKEN = str(ROOT / "tests" / "fixtures" / "broken_correct.py")
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "lib.check", *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def test_a_module_whose_formulas_are_as_declared_exits_0_with_a_table_that_fits_100_columns():
+    done = run(EXAMPLE)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert all(len(line) <= check.WIDTH for line in lines)
+    assert any(line.startswith("swish / swish ") and " ok " in line for line in lines)
+    assert any(line.startswith("clamp / leaks outside ") and " caught " in line for line in lines)
+    assert "why: wrong only where 1 < |x| ≤ 2" in done.stdout
+
+
+def test_a_broken_correct_formula_exits_1_and_names_its_bug():
+    done = run(BROKEN)
+    assert done.returncode == 1
+    assert "FAILED square / square (declared correct)" in done.stdout
+    assert "off by a constant factor 0.5" in done.stdout
+
+
+def test_a_module_that_fails_to_import_exits_2_with_the_loaders_message():
+    done = run(str(ROOT / "tests" / "fixtures" / "broken_import.py"))
+    assert done.returncode == 2 and not done.stdout
+    assert "ImportError: this module needs a package that is not installed (broken_import.py, line 3)" in done.stderr
+
+
+def test_unknown_family_and_bad_shape_are_refused_in_words():
+    assert run(EXAMPLE, "--family", "nope").returncode == 2
+    done = run(EXAMPLE, "--shape", "8,x")
+    assert done.returncode == 2 and "a shape is sizes separated by commas" in done.stderr
+
+
+def test_json_is_for_machines(capsys):
+    assert check.main([BROKEN, "--format", "json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["exit_status"] == 1
+    (formula,) = data["formulas"]
+    assert formula["status"] == "FAILED" and formula["declared"] == "correct" and formula["second_order"] == "fail"
+    assert "constant factor 0.5" in formula["diagnosis"] and "Jacobian entries" in formula["coverage"]
+
+
+def test_junit_has_one_test_case_per_formula_and_fails_only_the_broken_correct_one(capsys):
+    assert check.main([EXAMPLE, "--format", "junit"]) == 0
+    suite = ElementTree.fromstring(capsys.readouterr().out).find("testsuite")
+    cases = {c.get("name"): c for c in suite.iter("testcase")}
+    assert set(cases) == {"swish", "forgot chain rule", "clamp", "leaks outside"} and suite.get("failures") == "0"
+    assert check.main([BROKEN, "--format", "junit"]) == 1
+    suite = ElementTree.fromstring(capsys.readouterr().out).find("testsuite")
+    failure = suite.find("testcase").find("failure")
+    assert suite.get("failures") == "1" and "constant factor 0.5" in failure.get("message")
+
+
+def test_a_buggy_formula_that_passes_is_a_warning_not_a_failure(capsys):
+    results = check.check_module(EXAMPLE, family="swish")
+    right, wrong = results
+    passing_bug = check.FormulaResult(wrong.family, wrong.formula, False, "pass", "passes", second_order="pass")
+    assert check.exit_status([right, passing_bug]) == 0 and passing_bug.status == "warning"
+    assert "buggy but passing" in check.text_table([right, passing_bug])
+    xml = ElementTree.fromstring(check.junit_xml([right, passing_bug]))
+    assert xml.find("testsuite").get("skipped") == "1"
+
+
+def test_progress_goes_to_stderr_only_after_a_second(capsys):
+    check.Progress(after=60).say("quick")
+    check.Progress(after=0).say("slow")
+    err = capsys.readouterr().err
+    assert "quick" not in err and "slow" in err

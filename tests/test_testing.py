@@ -1,0 +1,66 @@
+"""The pytest assertion: a wrong backward raises AssertionError whose message names the bug (every
+diagnosis class of the zoo), its worst element and the coverage; a right one passes, with or
+without a reference, any callable or autograd.Function."""
+
+import pytest
+import torch
+
+from lib.testing import assert_gradients_match, check_gradients
+from tests import zoo
+
+
+@pytest.mark.parametrize("with_reference", [True, False], ids=["reference", "no reference"])
+@pytest.mark.parametrize("specimen", zoo.WRONG, ids=[s.name for s in zoo.WRONG])
+def test_the_message_names_the_bug(specimen, with_reference):
+    with pytest.raises(AssertionError) as raised:
+        assert_gradients_match(specimen.function, specimen.inputs(), reference=specimen.reference if with_reference else None, order=2)
+    message = " ".join(str(raised.value).split())  # the message is wrapped at 100 columns
+    report = check_gradients(specimen.function, specimen.inputs(), reference=specimen.reference if with_reference else None)
+    named = [f for f in report.diagnosis.findings if f.kind == specimen.diagnosis]
+    assert named and named[0].words in message, message
+    assert message.startswith(f"gradients of {specimen.function.__name__} do not match")
+    assert "Jacobian entries" in message  # the coverage
+
+
+@pytest.mark.parametrize("specimen", zoo.RIGHT, ids=[s.name for s in zoo.RIGHT])
+def test_a_right_backward_passes_to_second_order(specimen):
+    report = assert_gradients_match(specimen.function, specimen.inputs(), reference=specimen.reference, order=2)
+    assert report.verdict.passed and report.second_order.passed
+
+
+def test_a_first_order_check_ignores_a_wrong_double_backward_and_order_2_catches_it():
+    specimen = next(s for s in zoo.WRONG if s.name == "double backward")
+    assert_gradients_match(specimen.function, specimen.inputs(), reference=specimen.reference)  # first order is right
+    with pytest.raises(AssertionError, match="second order fail"):
+        assert_gradients_match(specimen.function, specimen.inputs(), reference=specimen.reference, order=2)
+
+
+def test_any_callable_works_and_the_worst_element_is_named_with_its_three_values():
+    def half_square(x):  # a plain function: autograd's own backward of x·x/2 is x, against the reference's 2x
+        return x * x / 2
+
+    x = torch.linspace(-2, 2, 12, dtype=torch.float64).reshape(3, 4)
+    with pytest.raises(AssertionError) as raised:
+        assert_gradients_match(half_square, x, reference=lambda x: x * x)
+    message = " ".join(str(raised.value).split())
+    assert "off by a constant factor 0.5" in message
+    assert "worst element of the gradient of sum(output): x[0, 0]: analytic -2, reference -4, numerical" in message
+
+
+def test_tolerances_can_be_loosened_and_the_inputs_are_left_alone():
+    specimen = next(s for s in zoo.WRONG if s.name == "factor")
+    x = specimen.inputs()[0]
+    before = x.clone()
+    with pytest.raises(AssertionError):
+        assert_gradients_match(specimen.function, (x,), reference=specimen.reference)
+    assert_gradients_match(specimen.function, (x,), reference=specimen.reference, rtol=10.0, atol=10.0)
+    assert torch.equal(x, before) and x.grad is None
+
+
+def test_bad_arguments_are_refused_in_words():
+    with pytest.raises(TypeError, match="callable"):
+        assert_gradients_match(3, torch.ones(2, dtype=torch.float64))
+    with pytest.raises(TypeError, match="floating-point"):
+        assert_gradients_match(torch.sin, torch.ones(2, dtype=torch.int64))
+    with pytest.raises(ValueError, match="order"):
+        assert_gradients_match(torch.sin, torch.ones(2, dtype=torch.float64), order=3)
