@@ -31,6 +31,10 @@ with ui.guard("This page"):
         for report in reports:
             st.markdown(f"{ui.badge(report.verdict.outcome)} **{report.formula}**: {ui.sentence(report.verdict.summary)}  \n"
                         + (f"{ui.badge(report.second_order.outcome)} second order: {ui.sentence(report.second_order.summary)}" if report.second_order else ""))
+        broken = ui.compute(views.contract_problems, case, what="Checking each Function's contract…")
+        for formula, rules in (broken or {}).items():
+            st.markdown(f":red-badge[contract] **{formula}** breaks the Function contract: "
+                        f"{'; '.join(dict.fromkeys(b.rule for b in rules))}. See the Anatomy page.")
         if case.perturbation.active:
             st.caption(f"Perturbations: {case.perturbation.describe(case.get_family().input_names)}")
         ui.download("Download the verdicts (CSV)", rows, "verdicts.csv", key="download_verdicts")

@@ -34,6 +34,7 @@ PAGES = {
     "loss_surface": ("pages/3_Loss_surface.py", {"surface_resolution": "201"}, ("slider", "surface_resolution", 41, 181)),
     "perturbation_lab": ("pages/4_Perturbation_lab.py", {}, ("selectbox", "lab_kind", None, None)),
     "training": ("pages/5_Training.py", {}, ("slider", "train_steps", 190, 190)),
+    "anatomy": ("pages/6_Anatomy.py", {}, ("selectbox", "anatomy_formula", "corrected", "corrected")),
 }
 REPEATS = 5
 

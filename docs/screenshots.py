@@ -30,6 +30,7 @@ SHOTS = {  # file name -> (page, query, key of the widget to scroll to the top o
                      "surface_plane"),
     "perturbation_lab": ("perturbation_lab", {}, None),
     "training": ("training", {}, None),
+    "anatomy": ("anatomy", {"anatomy_formula": "tutorial"}, None),
 }
 
 SCROLL_JS = """(selector) => {

@@ -362,3 +362,33 @@ def perturbation_sweep(case: Case, kind: str):
     budget.require(2 * sweeps.sweep_bytes(case), f"A {kind} sweep of shape {case.shape} with {len(formulas)} formulas",
                    "Choose a smaller shape or fewer formulas.")
     return sweeps.perturbation_sweep(case, kind)
+
+
+ANATOMY_ELEMENTS = 2**16  # per input: the anatomy runs the formula a few times, and times it
+
+
+def anatomy(case: Case, formula: str, timed: bool = True):
+    """The anatomy of ``formula`` on the case's inputs (``lib.anatomy``), the reference beside it."""
+    from lib.anatomy import anatomy as anatomy_of
+
+    n = math.prod(case.shape)
+    if n > ANATOMY_ELEMENTS:
+        raise LabError(f"The anatomy runs and times the formula on inputs of up to {ANATOMY_ELEMENTS:,} elements; this case has "
+                       f"{n:,}. Choose a smaller shape.")
+    family, inputs, params = case.get_family(), _checked_inputs(case), case.param_values()
+    budget.require(8 * case.input_bytes(), f"The anatomy of inputs of shape {case.shape}", "Choose a smaller shape.")
+    reference = (lambda *xs: family.run(None, xs, **params)) if family.reference is not None else None
+    owner = getattr(family.formula(formula).function, "__self__", None)  # MyFunction.apply: the class, linted even if forward raises
+    return anatomy_of(lambda *xs: family.run(formula, xs, **params), inputs, family.input_names, reference, timed=timed,
+                      owner=owner if isinstance(owner, type) else None)
+
+
+def contract_problems(case: Case) -> dict[str, list]:
+    """Per formula of the case, the rules of the Function contract it breaks (errors and
+    warnings; notes left out): what the home page names in one line."""
+    found = {}
+    for formula in _formulas(case):
+        broken = anatomy(case, formula, timed=False).errors()
+        if broken:
+            found[formula] = broken
+    return found

@@ -21,7 +21,7 @@ from lib.perturb import ALIGNMENTS, INJECTIONS, Perturbation
 MAX_ROWS, MAX_FEATURES, MAX_DEPTH = 4096, 4096, 64
 URL = "query-params"
 MAX_ROWS, MAX_FEATURES, MAX_DEPTH = 4096, 4096, 64
-PAGE_PREFIXES = ("check_", "field_", "surface_", "lab_", "train_")  # a page's own widgets: the rest is the case
+PAGE_PREFIXES = ("check_", "field_", "surface_", "lab_", "train_", "anatomy_")  # a page's own widgets: the rest is the case
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,7 @@ PAGES = (
     NavPage("pages/3_Loss_surface.py", "Loss surface", ":material/landscape:"),
     NavPage("pages/4_Perturbation_lab.py", "Perturbation lab", ":material/science:"),
     NavPage("pages/5_Training.py", "Training", ":material/trending_down:"),
+    NavPage("pages/6_Anatomy.py", "Anatomy", ":material/account_tree:"),
 )
 _PAGE_SETTINGS = "_page_settings"  # session state: each page's own settings, as the URL last held them
 _CURRENT_PAGE = "_current_page"  # session state: the page the last run drew

@@ -47,6 +47,7 @@ PAGES = {
     "loss_surface": "/Loss_surface",
     "perturbation_lab": "/Perturbation_lab",
     "training": "/Training",
+    "anatomy": "/Anatomy",
 }
 
 APP = "[data-testid='stApp']"
@@ -348,7 +349,8 @@ def press_slider(page, key: str, press: str = "ArrowRight") -> None:
 
 
 NAV_LABELS = {"home": "Home", "gradient_check": "Gradient check", "gradient_field": "Gradient field",
-              "loss_surface": "Loss surface", "perturbation_lab": "Perturbation lab", "training": "Training"}
+              "loss_surface": "Loss surface", "perturbation_lab": "Perturbation lab", "training": "Training",
+              "anatomy": "Anatomy"}
 
 
 def go_to(page, name: str, timeout: float = 90_000) -> None:

@@ -11,7 +11,7 @@ from tests.pages.conftest import app, messages
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = str(ROOT / "examples" / "my_functions.py")
-PAGES = ["app.py", "pages/1_Gradient_check.py", "pages/2_Gradient_field.py", "pages/3_Loss_surface.py",
+PAGES = ["app.py", "pages/1_Gradient_check.py", "pages/2_Gradient_field.py", "pages/3_Loss_surface.py", "pages/6_Anatomy.py",
          "pages/4_Perturbation_lab.py", "pages/5_Training.py"]
 
 

@@ -1,0 +1,509 @@
+"""The anatomy of a custom autograd Function: what its forward saved, what its backward returned,
+the autograd graph around it, what it costs, and which rule of the Function contract it breaks.
+
+Most bugs in real custom Functions break a rule of the contract rather than the maths, and
+PyTorch reports them late and cryptically, or not at all (a tensor kept on ``ctx`` instead of
+saved, ``None`` for an input that needs a gradient, a gradient silently cast or summed to size, a
+saved tensor changed in place, a backward that detaches). ``anatomy`` runs the formula once
+under ``saved_tensors_hooks`` and calls each custom node's own backward directly (``node.apply``:
+the raw return, before PyTorch checks or casts it), and ``lint`` names every broken rule in words.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import threading
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import torch
+import torch.utils.benchmark as benchmark
+
+Tensor = torch.Tensor
+SEVERITIES = ("error", "warning", "note")  # error: wrong or rejected; warning: silently lossy; note: worth knowing
+COST_RUN_TIME = 0.02  # seconds each timing takes (torch.utils.benchmark's blocked_autorange): the page stays quick
+
+
+@dataclass(frozen=True)
+class SavedTensor:
+    node: str  # the graph node it was saved for, where known
+    shape: tuple[int, ...]
+    dtype: str
+    bytes: int
+    kind: str  # "input x1", "output", or "intermediate"
+    version: int  # its version counter when saved
+    changed: str = ""  # where it was changed in place after it was saved ("inside forward", "after forward"), if it was
+
+
+@dataclass(frozen=True)
+class Returned:
+    """What a custom node's backward returned for one of its forward's inputs."""
+
+    input: str
+    needs_grad: bool
+    input_shape: tuple[int, ...] | None  # None: the input is not a tensor
+    input_dtype: str
+    shape: tuple[int, ...] | None  # None: the backward returned None
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Broken:
+    rule: str  # the rule of the contract, in a few words
+    severity: str  # one of SEVERITIES
+    message: str  # which tensor or input, and what PyTorch does about it
+
+
+@dataclass(frozen=True)
+class Cost:
+    forward_ms: float
+    backward_ms: float  # forward and backward together, minus the forward
+
+
+@dataclass
+class Anatomy:
+    function: str  # the custom Function's name, or the callable's
+    custom: tuple[str, ...]  # names of the custom nodes in the graph
+    saved: list[SavedTensor]
+    reference_saved: list[SavedTensor] | None
+    attributes: dict[str, str]  # ctx attribute -> what it holds
+    returned: list[Returned]
+    broken: list[Broken]
+    dot: str  # the autograd graph from the output back to the inputs, as DOT
+    cost: dict[str, Cost] = field(default_factory=dict)  # "formula", "reference"
+
+    @property
+    def saved_bytes(self) -> int:
+        return sum(s.bytes for s in self.saved)
+
+    @property
+    def reference_bytes(self) -> int | None:
+        return None if self.reference_saved is None else sum(s.bytes for s in self.reference_saved)
+
+    def errors(self) -> list[Broken]:
+        return [b for b in self.broken if b.severity != "note"]
+
+
+# ---- recording -------------------------------------------------------------------------------------
+
+
+def _fresh(inputs: Sequence[Tensor], requires_grad: Sequence[bool] | None = None) -> tuple[Tensor, ...]:
+    flags = requires_grad or [x.is_floating_point() or x.is_complex() for x in inputs]
+    return tuple(x.detach().clone().requires_grad_(flag) for x, flag in zip(inputs, flags))
+
+
+def _kind(t: Tensor, inputs: Sequence[Tensor], names: Sequence[str]) -> str:
+    for x, name in zip(inputs, names):
+        if t is x or (t.data_ptr() == x.data_ptr() and t.shape == x.shape and t.dtype == x.dtype and t.data_ptr() != 0):
+            return f"input {name}"
+    return "intermediate"  # outputs are told apart once the output exists
+
+
+_SAVING = threading.local()  # the save_for_backward calls of this thread's recording, if one is on
+
+
+def _recording_save_for_backward(original):
+    def save_for_backward(ctx, *tensors):
+        calls = getattr(_SAVING, "calls", None)
+        if calls is not None:  # the version each tensor had when forward saved it
+            calls.extend((t, t._version) for t in tensors if isinstance(t, Tensor))
+        return original(ctx, *tensors)
+
+    return save_for_backward
+
+
+def _record(function: Callable, inputs: tuple[Tensor, ...], names: Sequence[str]):
+    """Run ``function`` once, recording every tensor autograd saves and the version each had
+    when forward asked to save it: (output, records, tensors)."""
+    records, tensors = [], []
+
+    def pack(t: Tensor):
+        records.append({"shape": tuple(t.shape), "dtype": str(t.dtype).replace("torch.", ""),
+                        "bytes": t.numel() * t.element_size(), "kind": _kind(t, inputs, names), "version": t._version})
+        tensors.append(t)
+        return t
+
+    context = torch.autograd.function.FunctionCtx
+    original = context.save_for_backward
+    _SAVING.calls = []
+    context.save_for_backward = _recording_save_for_backward(original)  # records only this thread's calls
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            output = function(*inputs)
+    finally:
+        context.save_for_backward = original
+        asked, _SAVING.calls = _SAVING.calls, None
+    for record, t in zip(records, tensors):
+        at_call = next((v for s, v in asked if s is t), record["version"])
+        record["changed"] = ("inside forward, after save_for_backward: PyTorch records the version when forward returns, so it "
+                             "does not notice, and backward silently reads the changed values") if at_call != record["version"] else ""
+    return output, records, tensors
+
+
+def _saved(output: Tensor, records: list[dict], tensors: list[Tensor]) -> list[SavedTensor]:
+    nodes = _saved_nodes(output)
+    found = []
+    for record, t in zip(records, tensors):
+        kind = record["kind"]
+        if kind == "intermediate" and isinstance(output, Tensor) and t.data_ptr() == output.data_ptr() and t.shape == output.shape:
+            kind = "output"
+        changed = record["changed"] or ("after forward returned: PyTorch raises at backward time (\"one of the variables needed for "
+                                        "gradient computation has been modified by an inplace operation\")" if t._version != record["version"] else "")
+        found.append(SavedTensor(nodes.get(_identity(t), ""), record["shape"], record["dtype"], record["bytes"], kind, record["version"], changed))
+    return found
+
+
+def _walk(output: Tensor):
+    """Every node of the graph behind ``output``, each once, from the output back."""
+    seen, order = set(), []
+    stack = [output.grad_fn] if isinstance(output, Tensor) and output.grad_fn is not None else []
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        order.append(node)
+        stack.extend(n for n, _ in reversed(node.next_functions))
+    return order
+
+
+def _is_custom(node) -> bool:
+    return isinstance(node, torch.autograd.function.BackwardCFunction)
+
+
+def _node_name(node) -> str:
+    return type(node).__name__
+
+
+def _identity(t: Tensor) -> tuple:
+    """A saved tensor as unpacking gives it back: another object over the same memory."""
+    return t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype
+
+
+def _saved_nodes(output: Tensor) -> dict[tuple, str]:
+    """id of a saved tensor -> the name of the node that saved it (custom nodes' saved_tensors,
+    built-in nodes' _saved_* attributes)."""
+    names = {}
+    for node in _walk(output):
+        try:
+            tensors = list(node.saved_tensors) if _is_custom(node) else [getattr(node, a) for a in dir(node) if a.startswith("_saved_")]
+        except RuntimeError:  # freed, or changed in place: the lint says so
+            continue
+        for t in tensors:
+            if isinstance(t, Tensor):
+                names.setdefault(_identity(t), _node_name(node))
+    return names
+
+
+# ---- the graph ------------------------------------------------------------------------------------------
+
+
+def graph_dot(output: Tensor, names: Sequence[str], inputs: Sequence[Tensor], saved: Sequence[SavedTensor]) -> str:
+    """The autograd graph from the loss's output back to the inputs, as DOT: custom nodes marked
+    (orange), each node with what it saved, the inputs as leaves."""
+    leaves = {id(x): name for x, name in zip(inputs, names)}
+    by_node: dict[str, list[str]] = {}
+    for s in saved:
+        by_node.setdefault(s.node, []).append(f"{'×'.join(map(str, s.shape)) or 'scalar'} {s.dtype}")
+    lines = ["digraph autograd {", '  rankdir="BT"; node [shape=box, style="rounded,filled", fillcolor="#eeeeee", fontname="Helvetica"];',
+             '  out [label="output", shape=ellipse, fillcolor="#ffffff"];']
+    ids = {}
+    for node in _walk(output):
+        key = f"n{len(ids)}"
+        ids[id(node)] = key
+        name = _node_name(node)
+        if type(node).__name__ == "AccumulateGrad":
+            leaf = leaves.get(id(node.variable), "leaf")
+            lines.append(f'  {key} [label="{leaf}\\n{tuple(node.variable.shape)}", shape=ellipse, fillcolor="#d9f2e3"];')
+            continue
+        held = by_node.get(name, [])
+        label = name + ("\\n(custom Function)" if _is_custom(node) else "") + ("\\nsaved: " + ", ".join(held[:3]) if held else "")
+        colour = "#f6c28b" if _is_custom(node) else "#eeeeee"
+        lines.append(f'  {key} [label="{label}", fillcolor="{colour}"];')
+    if isinstance(output, Tensor) and output.grad_fn is not None:
+        lines.append(f"  {ids[id(output.grad_fn)]} -> out;")
+    for node in _walk(output):
+        for child, _ in node.next_functions:
+            if child is not None and id(child) in ids:
+                lines.append(f"  {ids[id(child)]} -> {ids[id(node)]};")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+# ---- the contract ------------------------------------------------------------------------------------------
+
+_CTX_INTERNALS = {"to_save", "non_differentiable", "dirty_tensors", "materialize_grads", "needs_input_grad", "saved_variables"}
+
+
+def _precision(dtype: torch.dtype) -> int:
+    return torch.finfo(dtype).bits if dtype.is_floating_point else 0
+
+
+def _forward_arguments(cls) -> list[str]:
+    """The names of forward's inputs (after ctx, in the old style), where its signature says them."""
+    try:
+        forward = inspect.getattr_static(cls, "forward")
+        parameters = list(inspect.signature(forward.__func__ if isinstance(forward, staticmethod) else forward).parameters)
+    except (TypeError, ValueError):
+        return []
+    return parameters[1:] if parameters and parameters[0] == "ctx" else parameters
+
+
+def _returned(node, inputs: Sequence[Tensor], names: Sequence[str], raw: Sequence) -> list[Returned]:
+    """Per forward input of a custom node: only the inputs of the whole formula are named; others
+    by position."""
+    by_edge = {}
+    for position, (edge, _) in enumerate(node.next_functions):
+        if edge is not None and type(edge).__name__ == "AccumulateGrad":
+            by_edge[position] = next((n for x, n in zip(inputs, names) if x is edge.variable), f"input {position + 1}")
+    arguments = dict(enumerate(_forward_arguments(node._forward_cls)))
+    found = []
+    for position, needs in enumerate(node.needs_input_grad):
+        # forward's arguments are the formula's inputs in order when there are as many of them
+        name = names[position] if len(node.needs_input_grad) == len(names) else by_edge.get(position, arguments.get(position, f"input {position + 1}"))
+        x = next((x for x, n in zip(inputs, names) if n == name), None)
+        edge = node.next_functions[position][0] if position < len(node.next_functions) else None
+        shape = tuple(x.shape) if x is not None else (tuple(edge.variable.shape) if edge is not None and hasattr(edge, "variable") else None)
+        dtype = str(x.dtype).replace("torch.", "") if x is not None else ""
+        g = raw[position] if position < len(raw) else None
+        found.append(Returned(name, bool(needs), shape, dtype, None if g is None else tuple(g.shape) if isinstance(g, Tensor) else (),
+                              "" if not isinstance(g, Tensor) else str(g.dtype).replace("torch.", "")))
+    return found
+
+
+def lint_class(cls) -> list[Broken]:
+    """The rules a Function breaks in its very definition."""
+    function, broken = cls.__name__, []
+    for method in ("forward", "backward"):
+        if method in vars(cls) and not isinstance(inspect.getattr_static(cls, method), staticmethod):
+            broken.append(Broken(f"{method} is a staticmethod", "error",
+                                 f"{function}.{method} is not a @staticmethod: autograd calls it on the class, so self is not the instance "
+                                 "you expect (PyTorch deprecates non-static forward and backward)"))
+    if "setup_context" in vars(cls) and "forward" in vars(cls):
+        forward = inspect.getattr_static(cls, "forward")
+        parameters = list(inspect.signature(forward.__func__ if isinstance(forward, staticmethod) else forward).parameters)
+        if parameters and parameters[0] == "ctx":
+            broken.append(Broken("one style of forward", "note",
+                                 f"{function} has setup_context, yet its forward still takes ctx (the old style): with setup_context, "
+                                 "forward(*inputs) must not take ctx, and saving belongs in setup_context"))
+    return broken
+
+
+def _lint_node(node, inputs, names, saved: Sequence[SavedTensor], raw: Sequence, double_ok: bool | None) -> list[Broken]:
+    cls = node._forward_cls
+    function = cls.__name__
+    broken = lint_class(cls)
+    # ctx attributes
+    for attribute, value in vars(node).items():
+        if attribute in _CTX_INTERNALS or attribute.startswith("_"):
+            continue
+        if isinstance(value, Tensor):
+            broken.append(Broken("tensors are saved with save_for_backward", "error",
+                                 f"ctx.{attribute} holds a tensor {tuple(value.shape)} as an attribute instead of saving it with "
+                                 "ctx.save_for_backward: first order works, but double backward silently loses it (\"element 0 of tensors "
+                                 "does not require grad\"), in-place changes to it go unseen, and it can leak with the graph"))
+    # what backward returned
+    n_inputs = len(node.needs_input_grad)
+    if len(raw) != n_inputs:
+        extra = raw[n_inputs:]
+        if len(raw) < n_inputs:
+            broken.append(Broken("one gradient per input", "error",
+                                 f"backward returned {len(raw)} gradient(s) for {n_inputs} inputs of forward: PyTorch raises "
+                                 "\"function backward returned an incorrect number of gradients\""))
+        elif any(g is not None for g in extra):
+            broken.append(Broken("one gradient per input", "error",
+                                 f"backward returned {len(raw)} values for {n_inputs} inputs, and the extra ones are not None: PyTorch "
+                                 "raises \"function backward returned an incorrect number of gradients\""))
+        else:
+            broken.append(Broken("one gradient per input", "note",
+                                 f"backward returned {len(raw) - n_inputs} extra None(s) beyond its {n_inputs} inputs: PyTorch lets it pass"))
+    for r, g in zip(_returned(node, inputs, names, raw), raw):
+        if r.needs_grad and g is None:
+            broken.append(Broken("a gradient for every input that needs one", "error",
+                                 f"backward returned None for {r.input}, which needs a gradient: no error, the input silently gets no "
+                                 "gradient (its .grad stays None or 0)"))
+        elif not r.needs_grad and isinstance(g, Tensor):
+            broken.append(Broken("no gradient where none is needed", "note",
+                                 f"backward computed a gradient for {r.input}, which does not need one (ctx.needs_input_grad is False "
+                                 "there): wasted work, thrown away"))
+        if not isinstance(g, Tensor) or r.input_shape is None:
+            continue
+        if tuple(g.shape) != r.input_shape:
+            try:
+                summable = torch.broadcast_shapes(r.input_shape, tuple(g.shape)) == tuple(g.shape)
+            except RuntimeError:
+                summable = False
+            if summable:
+                broken.append(Broken("a gradient shaped like its input", "note",
+                                     f"the gradient for {r.input} is {tuple(g.shape)}, not {r.input_shape}: PyTorch silently sums it "
+                                     "to size, which is right only if forward broadcast that input"))
+            else:
+                broken.append(Broken("a gradient shaped like its input", "error",
+                                     f"the gradient for {r.input} is {tuple(g.shape)}, not {r.input_shape}: PyTorch rejects it at backward "
+                                     f"time, naming only the node ({_node_name(node)})"))
+        x_dtype = getattr(torch, r.input_dtype, None) if r.input_dtype else None
+        if x_dtype is not None and g.dtype != x_dtype and _precision(g.dtype) < _precision(x_dtype):
+            broken.append(Broken("a gradient in its input's precision", "warning",
+                                 f"the gradient for {r.input} is {r.dtype}, its input {r.input_dtype}: PyTorch silently casts it, so it "
+                                 f"carries only {r.dtype}'s precision (about {torch.finfo(g.dtype).eps:.0e})"))
+    if double_ok is False:
+        broken.append(Broken("a differentiable backward", "error",
+                             f"{function}'s backward is not differentiable: its gradient carries no graph when double backward is asked "
+                             "for (it detaches, or goes through .numpy() or .item()), so second derivatives are silently wrong or missing"))
+    return broken
+
+
+def _double_backward_ok(node, output: Tensor) -> bool | None:
+    """Whether the raw backward, called with a grad_output that requires grad, returns gradients
+    that carry a graph; None when there is nothing to ask (no floating gradient)."""
+    upstream = torch.ones_like(output).requires_grad_()
+    try:
+        with torch.enable_grad():
+            raw = node.apply(upstream)
+    except Exception:  # noqa: BLE001 - the first-order call names its own failure
+        return None
+    raw = raw if isinstance(raw, tuple) else (raw,)
+    tensors = [g for g, needs in zip(raw, node.needs_input_grad) if needs and isinstance(g, Tensor) and g.is_floating_point()]
+    if not tensors:
+        return None
+    return all(g.requires_grad for g in tensors)
+
+
+# ---- cost ------------------------------------------------------------------------------------------------
+
+
+def _cost(function: Callable, inputs: Sequence[Tensor]) -> Cost:
+    fresh = _fresh(inputs)
+
+    def forward():
+        with torch.no_grad():
+            function(*fresh)
+
+    def both():
+        out = function(*fresh)
+        torch.autograd.grad(out, [x for x in fresh if x.requires_grad], torch.ones_like(out), allow_unused=True)
+
+    f = benchmark.Timer(stmt="forward()", globals={"forward": forward}).blocked_autorange(min_run_time=COST_RUN_TIME).median
+    fb = benchmark.Timer(stmt="both()", globals={"both": both}).blocked_autorange(min_run_time=COST_RUN_TIME).median
+    return Cost(f * 1e3, max(fb - f, 0.0) * 1e3)
+
+
+# ---- the whole anatomy -------------------------------------------------------------------------------------
+
+
+def anatomy(function: Callable, inputs: Sequence[Tensor], names: Sequence[str], reference: Callable | None = None,
+            timed: bool = True, owner: type | None = None) -> Anatomy:
+    """The anatomy of ``function`` (a formula: a callable that applies a custom Function) on
+    ``inputs``; ``reference``'s saved tensors and cost beside it. ``owner``: the Function class
+    behind ``function`` where known (``MyFunction.apply``'s own), linted even if forward raises."""
+    xs = _fresh(inputs)
+    try:
+        output, records, tensors = _record(function, xs, names)
+        if not isinstance(output, Tensor):
+            raise TypeError(f"the formula returned {type(output).__name__}, not a tensor")
+    except Exception as error:  # noqa: BLE001 - the user's forward may raise anything: said in words, beside what its class shows
+        owner = owner or getattr(function, "__self__", None)
+        static = lint_class(owner) if isinstance(owner, type) and issubclass(owner, torch.autograd.Function) else []
+        name = owner.__name__ if static or isinstance(owner, type) else getattr(function, "__name__", "formula")
+        raised = Broken("forward runs", "error", f"the formula raised {type(error).__name__}: {error}")
+        return Anatomy(name, (), [], None, {}, [], _unique([*static, raised]), "digraph autograd {}", {})
+    saved = _saved(output, records, tensors)
+    reference_saved = None
+    if reference is not None:
+        rs = _fresh(inputs)
+        ref_out, ref_records, ref_tensors = _record(reference, rs, names)
+        reference_saved = _saved(ref_out, ref_records, ref_tensors) if isinstance(ref_out, Tensor) else None
+    customs = [n for n in _walk(output) if _is_custom(n)]
+    attributes, returned, broken = {}, [], []
+    for node in customs:
+        for attribute, value in vars(node).items():
+            if attribute not in _CTX_INTERNALS and not attribute.startswith("_"):
+                attributes[attribute] = (f"tensor {tuple(value.shape)} {str(value.dtype).replace('torch.', '')}" if isinstance(value, Tensor)
+                                         else f"{type(value).__name__} {value!r}"[:80])
+        try:
+            raw = node.apply(torch.ones_like(output) if node is output.grad_fn else _upstream_for(node, output))
+        except Exception as error:  # noqa: BLE001 - the user's backward may raise anything: said in words
+            broken.append(Broken("backward runs", "error", f"{node._forward_cls.__name__}.backward raised {type(error).__name__}: {error}"))
+            continue
+        raw = raw if isinstance(raw, tuple) else (raw,)
+        returned += _returned(node, xs, names, raw)
+        broken += _lint_node(node, xs, names, saved, raw, _double_backward_ok(node, output) if node is output.grad_fn else None)
+    broken += [Broken("saved tensors are not changed in place", "error", f"saved tensor #{number} ({s.kind}, {s.shape}, saved for "
+                      f"{s.node or 'backward'}) was changed in place {s.changed}") for number, s in enumerate(saved, 1) if s.changed]
+    if len(xs) > 1 and customs:  # ask again with the last input not needing a gradient: is one computed anyway?
+        broken += _wasted(function, inputs, names)
+    cost = {}
+    if timed:
+        for name, timed_function in (("formula", function), ("reference", reference)):
+            try:
+                if timed_function is not None:
+                    cost[name] = _cost(timed_function, inputs)
+            except Exception:  # noqa: BLE001 - a backward PyTorch rejects cannot be timed; the lint says why
+                continue
+    return Anatomy(customs[0]._forward_cls.__name__ if customs else getattr(function, "__name__", "formula"),
+                   tuple(_node_name(n) for n in customs), saved, reference_saved, attributes, returned, _unique(broken),
+                   graph_dot(output, names, xs, saved), cost)
+
+
+def _upstream_for(node, output: Tensor) -> Tensor:
+    """A grad_output for a custom node inside the graph: ones shaped like its own output, taken
+    from the metadata autograd keeps for it."""
+    try:
+        return torch.ones(node._input_metadata[0].shape, dtype=output.dtype)  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - an internal attribute: fall back to the graph's output shape
+        return torch.ones_like(output)
+
+
+def _wasted(function: Callable, inputs: Sequence[Tensor], names: Sequence[str]) -> list[Broken]:
+    flags = [True] * (len(inputs) - 1) + [False]
+    xs = _fresh(inputs, flags)
+    try:
+        output = function(*xs)
+    except Exception:  # noqa: BLE001
+        return []
+    found = []
+    for node in (n for n in _walk(output) if _is_custom(n)):
+        try:
+            raw = node.apply(torch.ones_like(output) if node is output.grad_fn else _upstream_for(node, output))
+        except Exception:  # noqa: BLE001
+            continue
+        raw = raw if isinstance(raw, tuple) else (raw,)
+        found += [b for b in _lint_node(node, xs, names, [], raw, None) if b.rule == "no gradient where none is needed"]
+    return found
+
+
+def _unique(broken: list[Broken]) -> list[Broken]:
+    seen, kept = set(), []
+    for b in broken:
+        if (b.rule, b.message) not in seen:
+            seen.add((b.rule, b.message))
+            kept.append(b)
+    order = {s: i for i, s in enumerate(SEVERITIES)}
+    return sorted(kept, key=lambda b: order[b.severity])
+
+
+def rows_saved(saved: Sequence[SavedTensor]) -> list[dict]:
+    return [{"#": i, "saved for": s.node or "-", "kind": s.kind, "shape": str(s.shape), "dtype": s.dtype, "bytes": s.bytes,
+             "version when saved": s.version, "changed in place after saving": s.changed or "no"} for i, s in enumerate(saved, 1)]
+
+
+def rows_returned(returned: Sequence[Returned]) -> list[dict]:
+    return [{"input": r.input, "needs a gradient": r.needs_grad, "input shape": str(r.input_shape), "input dtype": r.input_dtype,
+             "returned": "None" if r.shape is None else str(r.shape), "returned dtype": r.dtype or "-"} for r in returned]
+
+
+def rows_broken(broken: Sequence[Broken]) -> list[dict]:
+    return [{"severity": b.severity, "rule": b.rule, "what": b.message} for b in broken]
+
+
+def describe(cost: dict[str, Cost]) -> str:
+    f = cost.get("formula")
+    r = cost.get("reference")
+    if f is None:
+        return ""
+    text = f"forward {f.forward_ms:.3g} ms, backward {f.backward_ms:.3g} ms"
+    if r is not None and r.forward_ms > 0 and math.isfinite(r.forward_ms):
+        text += (f"; the reference: forward {r.forward_ms:.3g} ms, backward {r.backward_ms:.3g} ms "
+                 f"(the formula takes {f.forward_ms / r.forward_ms:.2g}× the reference's forward)")
+    return text

@@ -1,0 +1,186 @@
+"""Custom Functions that each break one rule of the autograd.Function contract (and one that
+breaks none), for tests/test_anatomy.py and the Anatomy page's tests."""
+
+import torch
+
+
+class Good(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, y):
+        ctx.save_for_backward(x, y)
+        return x * y
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        return (g * y if ctx.needs_input_grad[0] else None), (g * x if ctx.needs_input_grad[1] else None)
+
+
+class TensorOnCtx(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, y):
+        ctx.y = y  # kept as an attribute, not saved
+        ctx.save_for_backward(x)
+        return x * y
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * ctx.y, g * x
+
+
+class ChangedAfterSaving(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, y):
+        product = x * y
+        ctx.save_for_backward(product, x, y)
+        product.add_(1.0)  # changed in place after it was saved
+        return product.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        _, x, y = ctx.saved_tensors
+        return g * y, g * x
+
+
+class TooFewGradients(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, y):
+        ctx.save_for_backward(x, y)
+        return x * y
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        return (g * y,)
+
+
+class ExtraGradient(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, y):
+        ctx.save_for_backward(x, y)
+        return x * y
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        return g * y, g * x, g
+
+
+class NoneForY(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, y):
+        ctx.save_for_backward(x, y)
+        return x * y
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        return g * y, None
+
+
+class SummedToSize(torch.autograd.Function):
+    """Returns y's gradient with an extra leading dim of 2 (halved): PyTorch sums it to size."""
+
+    @staticmethod
+    def forward(ctx, x, y):
+        ctx.save_for_backward(x, y)
+        return x * y
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        return g * y, (g * x / 2).expand(2, *x.shape)
+
+
+class Transposed(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, y):
+        ctx.save_for_backward(x, y)
+        return x * y
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        return g * y, (g * x).T
+
+
+class LowerPrecision(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, y):
+        ctx.save_for_backward(x, y)
+        return x * y
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        return (g * y).float(), g * x
+
+
+class Detached(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, y):
+        ctx.save_for_backward(x, y)
+        return x * y
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        return (g * y).detach(), (g * x).detach()
+
+
+class Wasteful(torch.autograd.Function):
+    """Computes y's gradient even when y does not need one."""
+
+    @staticmethod
+    def forward(ctx, x, y):
+        ctx.save_for_backward(x, y)
+        return x * y
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        return g * y, g * x
+
+
+class NotStatic(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, y):
+        ctx.save_for_backward(x, y)
+        return x * y
+
+    def backward(ctx, g):  # noqa: N805 - the mistake under test: no @staticmethod
+        x, y = ctx.saved_tensors
+        return g * y, g * x
+
+
+class MixedStyles(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, y):
+        return x * y
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        return g * y, g * x
+
+
+# name -> (Function, the rule its message must name, a word the message must contain)
+BROKEN = {
+    "tensor on ctx": (TensorOnCtx, "tensors are saved with save_for_backward", "ctx.y"),
+    "changed after saving": (ChangedAfterSaving, "saved tensors are not changed in place", "saved tensor #1"),
+    "too few gradients": (TooFewGradients, "one gradient per input", "1 gradient(s) for 2 inputs"),
+    "extra gradient": (ExtraGradient, "one gradient per input", "3 values for 2 inputs"),
+    "None for an input": (NoneForY, "a gradient for every input that needs one", "None for y"),
+    "summed to size": (SummedToSize, "a gradient shaped like its input", "silently sums"),
+    "transposed gradient": (Transposed, "a gradient shaped like its input", "rejects"),
+    "lower precision": (LowerPrecision, "a gradient in its input's precision", "float32"),
+    "not differentiable": (Detached, "a differentiable backward", "not differentiable"),
+    "gradient not needed": (Wasteful, "no gradient where none is needed", "for y"),
+    "not a staticmethod": (NotStatic, "backward is a staticmethod", "NotStatic.backward"),
+    "two styles": (MixedStyles, "one style of forward", "setup_context"),
+}
