@@ -113,6 +113,14 @@ def _recording_save_for_backward(original):
     return save_for_backward
 
 
+# Installed once, for good: a wrapper swapped in and out per call would race between the server's
+# session threads. Outside a recording (no calls list on this thread) it only passes the call on.
+if not getattr(torch.autograd.function.FunctionCtx.save_for_backward, "_gradient_lab", False):
+    _wrapped = _recording_save_for_backward(torch.autograd.function.FunctionCtx.save_for_backward)
+    _wrapped._gradient_lab = True
+    torch.autograd.function.FunctionCtx.save_for_backward = _wrapped
+
+
 def _record(function: Callable, inputs: tuple[Tensor, ...], names: Sequence[str]):
     """Run ``function`` once, recording every tensor autograd saves and the version each had
     when forward asked to save it: (output, records, tensors)."""
@@ -124,15 +132,11 @@ def _record(function: Callable, inputs: tuple[Tensor, ...], names: Sequence[str]
         tensors.append(t)
         return t
 
-    context = torch.autograd.function.FunctionCtx
-    original = context.save_for_backward
     _SAVING.calls = []
-    context.save_for_backward = _recording_save_for_backward(original)  # records only this thread's calls
     try:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             output = function(*inputs)
     finally:
-        context.save_for_backward = original
         asked, _SAVING.calls = _SAVING.calls, None
     for record, t in zip(records, tensors):
         at_call = next((v for s, v in asked if s is t), record["version"])

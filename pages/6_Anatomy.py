@@ -21,6 +21,10 @@ with ui.guard("This page"):
     formula = st.selectbox("Formula to take apart", case.formulas or list(family.formulas), key="anatomy_formula", bind=ui.URL,
                            help="Each formula applies a custom autograd.Function; the reference is autograd through plain ops.")
     found = ui.compute(views.anatomy, case, formula, what=f"Taking {formula} apart…")
+    if found is not None and not found.custom and not found.broken:
+        st.info(f"**{formula}** runs no custom autograd.Function: autograd differentiates it through plain ops, so there is "
+                "no hand-written backward to take apart. The Gradient check page still compares it with the reference.")
+        found = None
     if found is not None:
         st.subheader("The contract")
         errors = found.errors()

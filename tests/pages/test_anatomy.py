@@ -74,3 +74,21 @@ def test_home_names_the_broken_contract_in_one_line(contract):
     no_crash(at)
     lines = [m.value for m in at.markdown if "breaks the Function contract" in m.value]
     assert len(lines) == 1 and "tensor on ctx" in lines[0] and "save_for_backward" in lines[0]
+
+
+def test_a_formula_without_a_custom_function_is_said_so(monkeypatch, tmp_path):
+    module = tmp_path / "plain_ops.py"
+    module.write_text("from lib.family import declare\n"
+                      "declare('plain', formulas={'square': lambda x: x * x}, correct=('square',), reference=lambda x: x * x)\n")
+    before, loaded = dict(families()), dict(plugins._LOADED)
+    plugins._LOADED.clear()
+    monkeypatch.setenv("GRADIENT_LAB_FUNCTIONS", str(module))
+    try:
+        at = app(PAGE, family="plain")
+        no_crash(at)
+        assert "runs no custom autograd.Function" in at.info[0].value and not at.success
+    finally:
+        _REGISTRY.clear()
+        _REGISTRY.update(before)
+        plugins._LOADED.clear()
+        plugins._LOADED.update(loaded)
