@@ -115,3 +115,10 @@ def test_the_upstream_gradient_shows_a_bug_that_the_loss_hides():
 def test_an_unknown_upstream_is_explained():
     with pytest.raises(LabError, match="Unknown upstream gradient"):
         views.gradient_report(Case(upstream="sideways"), "corrected")
+
+
+def test_contract_problems_name_broken_rules_not_a_formula_that_raises():
+    from lib.case import Case
+
+    case = Case(shape=(3, 4, 5), params=(("dim", 1),))  # the tutorial's backward raises on 3-D inputs with dim=1
+    assert views.contract_problems(case) == {}
