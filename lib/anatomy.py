@@ -240,6 +240,16 @@ def graph_dot(output: Tensor, names: Sequence[str], inputs: Sequence[Tensor], sa
 _CTX_INTERNALS = {"to_save", "non_differentiable", "dirty_tensors", "materialize_grads", "needs_input_grad", "saved_variables"}
 
 
+def _tensors_in(value, depth: int = 0) -> list[Tensor]:
+    """The tensors a ctx attribute holds: itself, or inside a list, tuple, set or dict (one level down or two)."""
+    if isinstance(value, Tensor):
+        return [value]
+    if depth > 2:
+        return []
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple, set)) else ()
+    return [t for item in items for t in _tensors_in(item, depth + 1)]
+
+
 def _precision(dtype: torch.dtype) -> int:
     return torch.finfo(dtype).bits if dtype.is_floating_point else 0
 
@@ -302,9 +312,11 @@ def _lint_node(node, inputs, names, saved: Sequence[SavedTensor], raw: Sequence,
     for attribute, value in vars(node).items():
         if attribute in _CTX_INTERNALS or attribute.startswith("_"):
             continue
-        if isinstance(value, Tensor):
+        held = _tensors_in(value)
+        if held:
+            what = f"a tensor {tuple(held[0].shape)}" if isinstance(value, Tensor) else f"{len(held)} tensor(s) in a {type(value).__name__}"
             broken.append(Broken("tensors are saved with save_for_backward", "error",
-                                 f"ctx.{attribute} holds a tensor {tuple(value.shape)} as an attribute instead of saving it with "
+                                 f"ctx.{attribute} holds {what} as an attribute instead of saving it with "
                                  "ctx.save_for_backward: first order works, but double backward silently loses it (\"element 0 of tensors "
                                  "does not require grad\"), in-place changes to it go unseen, and it can leak with the graph"))
     # what backward returned
@@ -327,6 +339,10 @@ def _lint_node(node, inputs, names, saved: Sequence[SavedTensor], raw: Sequence,
             broken.append(Broken("a gradient for every input that needs one", "error",
                                  f"backward returned None for {r.input}, which needs a gradient: no error, the input silently gets no "
                                  "gradient (its .grad stays None or 0)"))
+        elif not r.needs_grad and isinstance(g, Tensor) and r.input_shape is None and not r.input_dtype:
+            broken.append(Broken("one gradient per input", "error",
+                                 f"backward returned a tensor for {r.input}, which is not a tensor input of forward: PyTorch raises "
+                                 "(\"returned a gradient different than None ... but the corresponding forward input was not a Variable\")"))
         elif not r.needs_grad and isinstance(g, Tensor):
             broken.append(Broken("no gradient where none is needed", "note",
                                  f"backward computed a gradient for {r.input}, which does not need one (ctx.needs_input_grad is False "

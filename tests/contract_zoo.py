@@ -169,7 +169,41 @@ class MixedStyles(torch.autograd.Function):
         return g * y, g * x
 
 
-# name -> (Function, the rule its message must name, a word the message must contain)
+class TensorsInAList(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, y):
+        ctx.kept = [x, y]  # a list of tensors on ctx: not saved either
+        return x * y
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.kept
+        return g * y, g * x
+
+
+class GradientForAScale(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, y, scale):
+        ctx.save_for_backward(x, y)
+        ctx.scale = scale
+        return scale * x * y
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        return ctx.scale * g * y, ctx.scale * g * x, (g * x * y).sum()  # a gradient for the float scale
+
+
+def scaled_product(x, y):
+    return GradientForAScale.apply(x, y, 2.0)
+
+
+def formula(entry):
+    """The callable of a BROKEN entry: a Function's apply, or the function itself."""
+    return entry.apply if isinstance(entry, type) else entry
+
+
+# name -> (Function or formula, the rule its message must name, a word the message must contain)
 BROKEN = {
     "tensor on ctx": (TensorOnCtx, "tensors are saved with save_for_backward", "ctx.y"),
     "changed after saving": (ChangedAfterSaving, "saved tensors are not changed in place", "saved tensor #1"),
@@ -183,4 +217,6 @@ BROKEN = {
     "gradient not needed": (Wasteful, "no gradient where none is needed", "for y"),
     "not a staticmethod": (NotStatic, "backward is a staticmethod", "NotStatic.backward"),
     "two styles": (MixedStyles, "one style of forward", "setup_context"),
+    "tensors in a list on ctx": (TensorsInAList, "tensors are saved with save_for_backward", "ctx.kept holds 2 tensor(s) in a list"),
+    "gradient for a float": (scaled_product, "one gradient per input", "for scale, which is not a tensor input"),
 }
