@@ -317,8 +317,9 @@ def _lint_node(node, inputs, names, saved: Sequence[SavedTensor], raw: Sequence,
             what = f"a tensor {tuple(held[0].shape)}" if isinstance(value, Tensor) else f"{len(held)} tensor(s) in a {type(value).__name__}"
             broken.append(Broken("tensors are saved with save_for_backward", "error",
                                  f"ctx.{attribute} holds {what} as an attribute instead of saving it with "
-                                 "ctx.save_for_backward: first order works, but double backward silently loses it (\"element 0 of tensors "
-                                 "does not require grad\"), in-place changes to it go unseen, and it can leak with the graph"))
+                                 "ctx.save_for_backward: first order works, but double backward can lose it (a tensor made inside forward "
+                                 "carries no graph: \"element 0 of tensors does not require grad\"), in-place changes to it go unseen, "
+                                 "and it can leak with the graph"))
     # what backward returned
     n_inputs = len(node.needs_input_grad)
     if len(raw) != n_inputs:

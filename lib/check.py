@@ -5,8 +5,8 @@
 
 It loads the module as ``--functions`` does (``lib.plugins``, with the same messages) and, for
 every family the module declares and every formula, runs what the home page runs: the
-whole-Jacobian verdict with its coverage, the diagnosis, the second order, and PyTorch's own
-conformance checks. The text format is a table that reads at 100 columns; JSON is for machines;
+whole-Jacobian verdict with its coverage, the diagnosis, the second order, PyTorch's own
+conformance checks, and the Function contract's lint (``lib.anatomy``). The text format is a table that reads at 100 columns; JSON is for machines;
 JUnit XML gives CI systems one test case per formula. ``--report`` also writes one self-contained
 HTML file (``lib.html_report``).
 
@@ -53,13 +53,14 @@ class FormulaResult:
     diagnosis: str = ""
     conformance: list[Check] = field(default_factory=list)
     conformance_note: str = ""  # why PyTorch's checks did not run, if they did not
+    contract: list[str] = field(default_factory=list)  # the rules of the Function contract it breaks (lib.anatomy), in words
     seconds: float = 0.0
     report: GradientReport | None = None
     case: Case | None = None
 
     @property
     def passed(self) -> bool:
-        return self.outcome == "pass" and self.second_order in ("pass", "not checked")
+        return self.outcome == "pass" and self.second_order in ("pass", "not checked") and not self.contract
 
     @property
     def status(self) -> str:
@@ -78,7 +79,11 @@ class FormulaResult:
     def details(self) -> str:
         if self.report is None:
             return self.summary
-        text = failure_message(self.report, order=2) if not self.passed else f"first order {self.summary}"
+        gradients_wrong = self.outcome != "pass" or self.second_order not in ("pass", "not checked")
+        text = failure_message(self.report, order=2) if gradients_wrong else f"first order {self.summary}"
+        if self.contract:
+            text += "\n" + "\n".join(textwrap.fill(f"breaks the Function contract: {c}", WIDTH, initial_indent="  ",
+                                                   subsequent_indent="    ") for c in self.contract)
         failed = [c for c in self.conformance if c.status == "fail"]
         if failed:
             text += "\n" + "\n".join(textwrap.fill(f"PyTorch's {c.name} fails: {_cut(' '.join(c.message.split()), 160)}", WIDTH,
@@ -92,6 +97,7 @@ class FormulaResult:
             "diagnosis": self.diagnosis, "seconds": round(self.seconds, 3), "conformance_note": self.conformance_note,
             "conformance": [{"name": c.name, "status": c.status, "message": c.message} for c in self.conformance],
             "coverage": self.report.jacobian.coverage.describe() if self.report and self.report.jacobian else "",
+            "contract": self.contract,
         }  # fmt: skip
 
 
@@ -119,6 +125,11 @@ def check_formula(case: Case, formula: str, correct: bool) -> FormulaResult:
         result.conformance = views.conformance(case, formula)
     except LabError as error:
         result.conformance_note = str(error)
+    try:  # as Home's contract line: a formula that raises is the verdict's to report
+        result.contract = [f"{b.rule}: {b.message}" for b in views.contract_problems(case).get(formula, [])]
+    except LabError as error:
+        result.contract = []
+        result.conformance_note = result.conformance_note or str(error)
     result.seconds = time.monotonic() - start
     return result
 
@@ -160,9 +171,13 @@ def text_table(results: Sequence[FormulaResult]) -> str:
         name = f"{r.family} / {r.formula}"
         lines.append(f"{_cut(name, 30):<30} {'correct' if r.correct else 'buggy':<8} {r.status:<8} {_cut(r.outcome, 10):<10} "
                      f"{_cut(r.second_order, 18):<18} {r.conformance_counts()}")
-        if not r.passed:
-            why = r.diagnosis or ("the check could not run: " + r.summary if r.outcome == "error" else "no single cause found")
+        if not r.passed and (r.outcome != "pass" or r.second_order not in ("pass", "not checked")):
+            failure = r.report.failure if r.report is not None else None
+            why = r.diagnosis or (f"the formula raised: {failure}" if failure else "the check could not run: " + r.summary
+                                  if r.outcome == "error" else "no single cause found")
             lines.append(textwrap.fill(f"why: {why}", WIDTH, initial_indent="    ", subsequent_indent="      "))
+        for broken in r.contract:
+            lines.append(textwrap.fill(f"contract: {broken}", WIDTH, initial_indent="    ", subsequent_indent="      "))
     lines.append("-" * WIDTH)
     failed = [r for r in results if r.status == "FAILED"]
     warned = [r for r in results if r.status == "warning"]

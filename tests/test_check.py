@@ -85,3 +85,13 @@ def test_progress_goes_to_stderr_only_after_a_second(capsys):
     check.Progress(after=0).say("slow")
     err = capsys.readouterr().err
     assert "quick" not in err and "slow" in err
+
+
+def test_a_broken_function_contract_is_named_and_fails_a_correct_formula(capsys):
+    contract = str(ROOT / "tests" / "fixtures" / "contract_breakers.py")
+    assert check.main([contract, "--format", "json", "--shape", "3,4"]) == 0  # the one declared correct keeps the contract
+    by_name = {f["formula"]: f for f in json.loads(capsys.readouterr().out)["formulas"]}
+    assert by_name["good"]["contract"] == [] and by_name["good"]["status"] == "ok"
+    assert any("save_for_backward" in c and "ctx.y" in c for c in by_name["tensor on ctx"]["contract"])
+    kept_on_ctx = check.FormulaResult("f", "g", True, "pass", "passes", second_order="pass", contract=["tensors are saved …: ctx.y"])
+    assert kept_on_ctx.status == "FAILED" and "contract: tensors are saved" in check.text_table([kept_on_ctx])
