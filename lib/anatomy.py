@@ -11,6 +11,7 @@ the raw return, before PyTorch checks or casts it), and ``lint`` names every bro
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
 import threading
@@ -254,13 +255,18 @@ def _precision(dtype: torch.dtype) -> int:
     return torch.finfo(dtype).bits if dtype.is_floating_point else 0
 
 
-def _forward_arguments(cls) -> list[str]:
-    """The names of forward's inputs (after ctx, in the old style), where its signature says them."""
+def _forward_parameters(cls) -> list[str]:
+    """The names of forward's parameters as its signature gives them (ctx first, in the old style)."""
     try:
         forward = inspect.getattr_static(cls, "forward")
-        parameters = list(inspect.signature(forward.__func__ if isinstance(forward, staticmethod) else forward).parameters)
-    except (TypeError, ValueError):
+        return list(inspect.signature(forward.__func__ if isinstance(forward, staticmethod) else forward).parameters)
+    except (AttributeError, TypeError, ValueError):
         return []
+
+
+def _forward_arguments(cls) -> list[str]:
+    """The names of forward's inputs (after ctx, in the old style), where its signature says them."""
+    parameters = _forward_parameters(cls)
     return parameters[1:] if parameters and parameters[0] == "ctx" else parameters
 
 
@@ -295,8 +301,7 @@ def lint_class(cls) -> list[Broken]:
                                  f"{function}.{method} is not a @staticmethod: autograd calls it on the class, so self is not the instance "
                                  "you expect (PyTorch deprecates non-static forward and backward)"))
     if "setup_context" in vars(cls) and "forward" in vars(cls):
-        forward = inspect.getattr_static(cls, "forward")
-        parameters = list(inspect.signature(forward.__func__ if isinstance(forward, staticmethod) else forward).parameters)
+        parameters = _forward_parameters(cls)
         if parameters and parameters[0] == "ctx":
             broken.append(Broken("one style of forward", "note",
                                  f"{function} has setup_context, yet its forward still takes ctx (the old style): with setup_context, "
@@ -375,16 +380,32 @@ def _lint_node(node, inputs, names, saved: Sequence[SavedTensor], raw: Sequence,
     return broken
 
 
+def _raw_backward(node, output: Tensor, create_graph: bool = False) -> tuple:
+    """What a custom node's own backward returns, called directly (before PyTorch checks, sums
+    or casts it), for a grad_output of ones shaped like the node's output; with ``create_graph``
+    that grad_output requires grad, as double backward asks."""
+    upstream = torch.ones_like(output) if node is output.grad_fn else _upstream_for(node, output)
+    with torch.enable_grad() if create_graph else contextlib.nullcontext():
+        raw = node.apply(upstream.requires_grad_() if create_graph else upstream)
+    return raw if isinstance(raw, tuple) else (raw,)
+
+
+def _upstream_for(node, output: Tensor) -> Tensor:
+    """A grad_output for a custom node inside the graph: ones shaped like its own output, taken
+    from the metadata autograd keeps for it."""
+    try:
+        return torch.ones(node._input_metadata[0].shape, dtype=output.dtype)  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - an internal attribute: fall back to the graph's output shape
+        return torch.ones_like(output)
+
+
 def _double_backward_ok(node, output: Tensor) -> bool | None:
     """Whether the raw backward, called with a grad_output that requires grad, returns gradients
     that carry a graph; None when there is nothing to ask (no floating gradient)."""
-    upstream = torch.ones_like(output).requires_grad_()
     try:
-        with torch.enable_grad():
-            raw = node.apply(upstream)
+        raw = _raw_backward(node, output, create_graph=True)
     except Exception:  # noqa: BLE001 - the first-order call names its own failure
         return None
-    raw = raw if isinstance(raw, tuple) else (raw,)
     tensors = [g for g, needs in zip(raw, node.needs_input_grad) if needs and isinstance(g, Tensor) and g.is_floating_point()]
     if not tensors:
         return None
@@ -443,11 +464,10 @@ def anatomy(function: Callable, inputs: Sequence[Tensor], names: Sequence[str], 
                 attributes[attribute] = (f"tensor {tuple(value.shape)} {str(value.dtype).replace('torch.', '')}" if isinstance(value, Tensor)
                                          else f"{type(value).__name__} {value!r}"[:80])
         try:
-            raw = node.apply(torch.ones_like(output) if node is output.grad_fn else _upstream_for(node, output))
+            raw = _raw_backward(node, output)
         except Exception as error:  # noqa: BLE001 - the user's backward may raise anything: said in words
             broken.append(Broken("backward runs", "error", f"{node._forward_cls.__name__}.backward raised {type(error).__name__}: {error}"))
             continue
-        raw = raw if isinstance(raw, tuple) else (raw,)
         returned += _returned(node, xs, names, raw)
         broken += _lint_node(node, xs, names, saved, raw, _double_backward_ok(node, output) if node is output.grad_fn else None)
     broken += [Broken("saved tensors are not changed in place", "error", f"saved tensor #{number} ({s.kind}, {s.shape}, saved for "
@@ -467,15 +487,6 @@ def anatomy(function: Callable, inputs: Sequence[Tensor], names: Sequence[str], 
                    graph_dot(output, names, xs, saved), cost)
 
 
-def _upstream_for(node, output: Tensor) -> Tensor:
-    """A grad_output for a custom node inside the graph: ones shaped like its own output, taken
-    from the metadata autograd keeps for it."""
-    try:
-        return torch.ones(node._input_metadata[0].shape, dtype=output.dtype)  # type: ignore[attr-defined]
-    except Exception:  # noqa: BLE001 - an internal attribute: fall back to the graph's output shape
-        return torch.ones_like(output)
-
-
 def _wasted(function: Callable, inputs: Sequence[Tensor], names: Sequence[str]) -> list[Broken]:
     flags = [True] * (len(inputs) - 1) + [False]
     xs = _fresh(inputs, flags)
@@ -486,10 +497,9 @@ def _wasted(function: Callable, inputs: Sequence[Tensor], names: Sequence[str]) 
     found = []
     for node in (n for n in _walk(output) if _is_custom(n)):
         try:
-            raw = node.apply(torch.ones_like(output) if node is output.grad_fn else _upstream_for(node, output))
-        except Exception:  # noqa: BLE001
+            raw = _raw_backward(node, output)
+        except Exception:  # noqa: BLE001 - named by the first run already
             continue
-        raw = raw if isinstance(raw, tuple) else (raw,)
         found += [b for b in _lint_node(node, xs, names, [], raw, None) if b.rule == "no gradient where none is needed"]
     return found
 
