@@ -5,6 +5,8 @@ import torch
 
 
 class Good(torch.autograd.Function):
+    """Keeps every rule; the Functions below that take its forward each break one in their backward."""
+
     @staticmethod
     def forward(ctx, x, y):
         ctx.save_for_backward(x, y)
@@ -43,49 +45,29 @@ class ChangedAfterSaving(torch.autograd.Function):
         return g * y, g * x
 
 
-class TooFewGradients(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, y):
-        ctx.save_for_backward(x, y)
-        return x * y
-
+class TooFewGradients(Good):
     @staticmethod
     def backward(ctx, g):
         x, y = ctx.saved_tensors
         return (g * y,)
 
 
-class ExtraGradient(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, y):
-        ctx.save_for_backward(x, y)
-        return x * y
-
+class ExtraGradient(Good):
     @staticmethod
     def backward(ctx, g):
         x, y = ctx.saved_tensors
         return g * y, g * x, g
 
 
-class NoneForY(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, y):
-        ctx.save_for_backward(x, y)
-        return x * y
-
+class NoneForY(Good):
     @staticmethod
     def backward(ctx, g):
         x, y = ctx.saved_tensors
         return g * y, None
 
 
-class SummedToSize(torch.autograd.Function):
+class SummedToSize(Good):
     """Returns y's gradient with an extra leading dim of 2 (halved): PyTorch sums it to size."""
-
-    @staticmethod
-    def forward(ctx, x, y):
-        ctx.save_for_backward(x, y)
-        return x * y
 
     @staticmethod
     def backward(ctx, g):
@@ -93,49 +75,29 @@ class SummedToSize(torch.autograd.Function):
         return g * y, (g * x / 2).expand(2, *x.shape)
 
 
-class Transposed(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, y):
-        ctx.save_for_backward(x, y)
-        return x * y
-
+class Transposed(Good):
     @staticmethod
     def backward(ctx, g):
         x, y = ctx.saved_tensors
         return g * y, (g * x).T
 
 
-class LowerPrecision(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, y):
-        ctx.save_for_backward(x, y)
-        return x * y
-
+class LowerPrecision(Good):
     @staticmethod
     def backward(ctx, g):
         x, y = ctx.saved_tensors
         return (g * y).float(), g * x
 
 
-class Detached(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, y):
-        ctx.save_for_backward(x, y)
-        return x * y
-
+class Detached(Good):
     @staticmethod
     def backward(ctx, g):
         x, y = ctx.saved_tensors
         return (g * y).detach(), (g * x).detach()
 
 
-class Wasteful(torch.autograd.Function):
+class Wasteful(Good):
     """Computes y's gradient even when y does not need one."""
-
-    @staticmethod
-    def forward(ctx, x, y):
-        ctx.save_for_backward(x, y)
-        return x * y
 
     @staticmethod
     def backward(ctx, g):
@@ -143,12 +105,7 @@ class Wasteful(torch.autograd.Function):
         return g * y, g * x
 
 
-class NotStatic(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, y):
-        ctx.save_for_backward(x, y)
-        return x * y
-
+class NotStatic(Good):
     def backward(ctx, g):  # noqa: N805 - the mistake under test: no @staticmethod
         x, y = ctx.saved_tensors
         return g * y, g * x
