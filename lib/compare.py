@@ -23,8 +23,8 @@ from lib.errors import LabError
 from lib.family import Family
 from lib.tolerances import Tolerances, default_tolerances
 from lib.jacobian import JacobianVerdict, check_jacobian, compare_entries, tolerances_text, truth_scale
-from lib.numerical import (DEFAULT_BUDGET_BYTES, DifferencePlan, entry_noise, gradient_from_entries, numerical_entries, numerical_gradient,
-                           numerical_jacobian, plan_differences, with_values)
+from lib.numerical import (DEFAULT_BUDGET_BYTES, DifferencePlan, numerical_entries, numerical_gradient, numerical_jacobian, plan_differences,
+                           product_noise, with_values)
 from lib.diagnosis import Diagnosis, Finding, diagnose
 from lib.second_order import SecondOrderVerdict, check_second_order
 
@@ -233,10 +233,9 @@ def _gradient_noise(run, inputs, plan: DifferencePlan, upstream: Tensor, budget_
     """The numerical gradient's own error estimate for ``upstream``: Σ |u|·(each entry's rounding)."""
     if plan.values is None:
         return None
-    rows, cols, values = numerical_entries(run, inputs, plan, None, budget_bytes)
-    u = np.abs(upstream.detach().double().cpu().reshape(-1).numpy())
-    noise = gradient_from_entries(rows, cols, entry_noise(plan, inputs[plan.input_index], rows, cols, values), u, plan.skip_rows, plan.n_inputs)
-    return noise.reshape(tuple(inputs[plan.input_index].shape))
+    x = inputs[plan.input_index]
+    entries = numerical_entries(run, inputs, plan, None, budget_bytes)
+    return product_noise(plan, x, entries, upstream.detach().double().cpu().reshape(-1).numpy()).reshape(tuple(x.shape))
 
 
 def _verdict(jacobian: JacobianVerdict | None, drawn_finding: str | None, failure: str | None, diagnosis=None) -> Verdict:

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from lib.numerical import (DEFAULT_BUDGET_BYTES, MAX_SECOND_LOOK, DifferencePlan, compressed_entries, entry_noise, gradient_from_entries,
-                           look_at_elements, numerical_entries, one_sided_gaps, row_colors, vector_jacobian_products, with_values)
+                           look_at_elements, numerical_entries, one_sided_gaps, product_noise, row_colors, vector_jacobian_products, with_values)
 from lib.tolerances import Tolerances
 
 Tensor = torch.Tensor
@@ -268,10 +268,8 @@ def check_jacobian(
         for k in range(probes)
     )
 
-    def probe_noise(k: int, i: int) -> dict[str, np.ndarray] | None:  # Σ|u|·(entry noise) bounds the product's
-        if noises[i] is None:
-            return None
-        return {"numerical": gradient_from_entries(numerical[i][0], numerical[i][1], noises[i], np.abs(flat_u[k]), skip, sizes[i])}
+    def probe_noise(k: int, i: int) -> dict[str, np.ndarray] | None:
+        return None if numerical[i] is None else {"numerical": product_noise(plans[i], inputs[i], numerical[i], flat_u[k])}
 
     scales = [truth_scale(_truths(e.values)) for e in entries] if entries else [None] * len(inputs)
     probes_judged = [[compare_entries(p.products["analytic"][i], _probe_truths(p, i), tolerances, probe_noise(k, i), scales[i])

@@ -165,19 +165,21 @@ def jacobian_rows(function: Callable[..., Tensor], inputs: Sequence[Tensor], bud
         ]
 
 
+def jittered_point(inputs: Sequence[Tensor], jitter: float = 1e-3) -> list[Tensor]:
+    """Where a Jacobian's pattern is read: the inputs with NaN and Inf replaced and a seeded jitter
+    added, the same every time for the same inputs."""
+    generator = torch.Generator().manual_seed(0)
+    finite = [x.detach().nan_to_num(0.0, posinf=1.0, neginf=-1.0) for x in inputs]
+    return [x + jitter * (x.abs().mean() + 1) * torch.randn(x.shape, generator=generator, dtype=torch.float64).to(x) for x in finite]
+
+
 def jacobian_patterns(reference: Callable[..., Tensor], inputs: Sequence[Tensor], budget_bytes: int, jitter: float = 1e-3) -> list[tuple[np.ndarray, np.ndarray]]:
     """For each input, (row, col) of every entry of the reference's Jacobian that is not 0.
 
     Read at a jittered point with NaN and Inf replaced, so that neither a zero holding only at this
     point (a zero row, say) nor a NaN spreading through 0·NaN is taken for structure."""
-    generator = torch.Generator().manual_seed(0)
-    finite = [x.detach().nan_to_num(0.0, posinf=1.0, neginf=-1.0) for x in inputs]
-    jittered = [
-        x + jitter * (x.abs().mean() + 1) * torch.randn(x.shape, generator=generator, dtype=torch.float64).to(x)
-        for x in finite
-    ]
     found: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in inputs]
-    for start, per_input in jacobian_rows(reference, jittered, budget_bytes):
+    for start, per_input in jacobian_rows(reference, jittered_point(inputs, jitter), budget_bytes):
         for entries, rows in zip(found, per_input):
             r, c = torch.nonzero(rows != 0, as_tuple=True)
             entries.append(((r + start).cpu().numpy().astype(INDEX), c.cpu().numpy().astype(INDEX)))
@@ -576,6 +578,13 @@ def entry_noise(plan: DifferencePlan, x: Tensor, rows: np.ndarray, cols: np.ndar
     magnitude = np.abs(x.detach().double().cpu().reshape(-1).numpy())[cols]
     with np.errstate(invalid="ignore"):
         return rounding + eps * magnitude * np.abs(values) / plan.step
+
+
+def product_noise(plan: DifferencePlan, x: Tensor, entries: tuple[np.ndarray, np.ndarray, np.ndarray], upstream: np.ndarray) -> np.ndarray:
+    """The own error of a numerical uᵀJ: Σ |u|·(each entry's rounding, ``entry_noise``), flat.
+    ``entries``: (rows, cols, values) as ``numerical_entries`` gives them."""
+    rows, cols, values = entries
+    return gradient_from_entries(rows, cols, entry_noise(plan, x, rows, cols, values), np.abs(upstream), plan.skip_rows, plan.n_inputs)
 
 
 def gradient_from_entries(rows, cols, values, upstream: np.ndarray, skip_rows: np.ndarray, n: int) -> np.ndarray:

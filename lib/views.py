@@ -23,7 +23,7 @@ from lib.devices import available_devices
 from lib.diagnosis import MAX_ENTRIES_BY_HAND
 from lib.errors import LabError
 from lib.landscape import GradientField, Plane, Surface, chunk_points, gradient_field, loss_surface, make_plane
-from lib.numerical import CHECK_DIRECTIONS, DEFAULT_BUDGET_BYTES, MAX_SECOND_LOOK, jacobian_rows, plan_differences
+from lib.numerical import CHECK_DIRECTIONS, DEFAULT_BUDGET_BYTES, MAX_SECOND_LOOK, jacobian_rows, jittered_point, plan_differences
 from lib.sizes import array_bytes
 from lib.tolerances import Tolerances, default_tolerances
 from lib.trajectory import TrajectorySet, trajectories
@@ -108,11 +108,8 @@ def _pattern_entries(family, params: dict, reference, inputs, cap: int) -> list[
         if counts is not None:
             _PATTERN_COUNTS.move_to_end(key)
             return counts if sum(counts) <= cap else None
-    generator = torch.Generator().manual_seed(0)
-    finite = [x.detach().nan_to_num(0.0, posinf=1.0, neginf=-1.0) for x in inputs]
-    jittered = [x + 1e-3 * (x.abs().mean() + 1) * torch.randn(x.shape, generator=generator, dtype=torch.float64).to(x) for x in finite]
     counts = [0] * len(inputs)
-    for _, rows in jacobian_rows(reference, jittered, _chunk_bytes()):
+    for _, rows in jacobian_rows(reference, jittered_point(inputs), _chunk_bytes()):
         counts = [count + int(torch.count_nonzero(r)) for count, r in zip(counts, rows)]
         if sum(counts) > cap:
             return None
