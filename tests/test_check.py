@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 from xml.etree import ElementTree
 
-import pytest
 
 from lib import check
 
