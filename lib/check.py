@@ -59,8 +59,21 @@ class FormulaResult:
     case: Case | None = None
 
     @property
+    def gradients_wrong(self) -> bool:
+        return self.outcome != "pass" or self.second_order not in ("pass", "not checked")
+
+    @property
     def passed(self) -> bool:
-        return self.outcome == "pass" and self.second_order in ("pass", "not checked") and not self.contract
+        return not self.gradients_wrong and not self.contract
+
+    @property
+    def why(self) -> str:
+        """Why the gradients are wrong, in a few words; "" where they are right."""
+        if not self.gradients_wrong:
+            return ""
+        failure = self.report.failure if self.report is not None else None
+        return self.diagnosis or (f"the formula raised: {failure}" if failure else "the check could not run: " + self.summary
+                                  if self.outcome == "error" else "no single cause found")
 
     @property
     def status(self) -> str:
@@ -79,8 +92,7 @@ class FormulaResult:
     def details(self) -> str:
         if self.report is None:
             return self.summary
-        gradients_wrong = self.outcome != "pass" or self.second_order not in ("pass", "not checked")
-        text = failure_message(self.report, order=2) if gradients_wrong else f"first order {self.summary}"
+        text = failure_message(self.report, order=2) if self.gradients_wrong else f"first order {self.summary}"
         if self.contract:
             text += "\n" + "\n".join(textwrap.fill(f"breaks the Function contract: {c}", WIDTH, initial_indent="  ",
                                                    subsequent_indent="    ") for c in self.contract)
@@ -171,11 +183,8 @@ def text_table(results: Sequence[FormulaResult]) -> str:
         name = f"{r.family} / {r.formula}"
         lines.append(f"{_cut(name, 30):<30} {'correct' if r.correct else 'buggy':<8} {r.status:<8} {_cut(r.outcome, 10):<10} "
                      f"{_cut(r.second_order, 18):<18} {r.conformance_counts()}")
-        if not r.passed and (r.outcome != "pass" or r.second_order not in ("pass", "not checked")):
-            failure = r.report.failure if r.report is not None else None
-            why = r.diagnosis or (f"the formula raised: {failure}" if failure else "the check could not run: " + r.summary
-                                  if r.outcome == "error" else "no single cause found")
-            lines.append(textwrap.fill(f"why: {why}", WIDTH, initial_indent="    ", subsequent_indent="      "))
+        if r.why:
+            lines.append(textwrap.fill(f"why: {r.why}", WIDTH, initial_indent="    ", subsequent_indent="      "))
         for broken in r.contract:
             lines.append(textwrap.fill(f"contract: {broken}", WIDTH, initial_indent="    ", subsequent_indent="      "))
     lines.append("-" * WIDTH)

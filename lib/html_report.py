@@ -43,7 +43,7 @@ def _table(results) -> str:
     rows = []
     for r in results:
         cells = (r.family, r.formula, "correct" if r.correct else "buggy", r.status, r.outcome, r.second_order,
-                 r.diagnosis or ("-" if r.passed else "no single cause found"), r.conformance_counts())
+                 r.why or "-", r.conformance_counts())
         rows.append(f'<tr class="{html.escape(r.status)}">' + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
     return "<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>" + "".join(rows) + "</table>"
 
