@@ -15,11 +15,12 @@ from __future__ import annotations
 import textwrap
 from typing import Callable, Sequence
 
+import numpy as np
 import torch
 
 from lib.compare import GradientReport, compare_gradients
 from lib.family import Family, Formula
-from lib.jacobian import truth_scale
+from lib.jacobian import compare_entries, truth_scale
 
 Tensor = torch.Tensor
 WIDTH = 100  # a CI log's line
@@ -104,9 +105,9 @@ def _worst_drawn(report: GradientReport) -> str:
         index, values = comparison.worst()
         if index is None or not values:
             continue
-        truth = comparison.gradients["reference"]
-        allowed = report.tolerances.atol * truth_scale({"reference": truth}) + report.tolerances.rtol * abs(values["reference"])
-        excess = abs(values["analytic"] - values["reference"]) - allowed
+        scale = truth_scale({"reference": comparison.gradients["reference"]})
+        excess = float(compare_entries(np.array([values["analytic"]]), {"reference": np.array([values["reference"]])},
+                                       report.tolerances, scale=scale)[0][0])
         if excess > worst:
             where = f"{comparison.name}[{', '.join(map(str, index))}]" if index else comparison.name
             worst, text = excess, (f"worst element of the gradient of sum(output): {where}: analytic {values['analytic']:.6g}, "
