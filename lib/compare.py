@@ -548,9 +548,9 @@ def _taylor(run, reference, exact, upstream, steps, budget_bytes: int, work_limi
     return tuple(found)
 
 
-def compare_case(case, formula: str, **options) -> GradientReport:
-    """``compare_gradients`` on a Case's family, inputs, params, upstream and tolerances."""
+def compare_case(case, formula: str, inputs: Sequence[Tensor] | None = None, **options) -> GradientReport:
+    """``compare_gradients`` on a Case's family, inputs (built here unless given), params, upstream and tolerances."""
     return compare_gradients(
-        case.get_family(), formula, case.inputs(), params=case.param_values(), upstream=case.upstream, seed=case.seed,
+        case.get_family(), formula, case.inputs() if inputs is None else inputs, params=case.param_values(), upstream=case.upstream, seed=case.seed,
         step=case.step, atol=case.atol, rtol=case.rtol, **options,
     )

@@ -17,7 +17,7 @@ import torch
 
 from lib import budget
 from lib.case import Case
-from lib.compare import DEFAULT_JACOBIAN_LIMIT, GradientReport, StepSweep, _structure_key, compare_gradients, step_sweep
+from lib.compare import DEFAULT_JACOBIAN_LIMIT, GradientReport, StepSweep, _structure_key, compare_case, step_sweep
 from lib.conformance import Check, conformance_report
 from lib.devices import available_devices
 from lib.diagnosis import MAX_ENTRIES_BY_HAND
@@ -205,9 +205,8 @@ def _report(case: Case, formula: str, held: float = 0) -> GradientReport:
     family, params = case.get_family(), case.param_values()
     tolerances = default_tolerances(case.torch_dtype(), step=case.step, atol=case.atol, rtol=case.rtol)
     _require_report_memory(family, formula, inputs, params, tolerances, what, held)
-    # compare_case's call, with the inputs built once for the guard and the engine
-    return compare_gradients(family, formula, inputs, params=params, upstream=case.upstream, seed=case.seed, step=case.step,
-                             atol=case.atol, rtol=case.rtol, work_limit=budget.work_limit(), budget_bytes=_chunk_bytes())
+    # the inputs built once, for the guard and the engine
+    return compare_case(case, formula, inputs, work_limit=budget.work_limit(), budget_bytes=_chunk_bytes())
 
 
 def gradient_report(case: Case, formula: str) -> GradientReport:
