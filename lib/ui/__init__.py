@@ -8,7 +8,8 @@ import torch
 # The server runs each session's script in a thread of its own, so parallelism comes from the
 # sessions; torch's intra-op threads on top only fight them and anything else on the machine
 # (a batched cosine of 128×64×128 took 48 ms with 2 threads beside another busy process, 5 ms
-# with 1). Quiet, one thread is as fast here: these loops are bound by memory, not arithmetic.
+# with 1). On a quiet machine two threads are faster for one big computation (3.5 ms against
+# 5.2 ms for that cosine): a single user's heavy surface pays for the server's steadiness.
 torch.set_num_threads(1)
 
 from lib.ui.compute import compute, guard
