@@ -2,9 +2,10 @@
 
 import streamlit as st
 
-from lib import ui, views
-from lib.figures.check import verdict_rows
-from lib.source import backward_diff, backward_source
+from lib import ui
+from lib.app import views
+from lib.present.figures.check import verdict_rows
+from lib.present.source import backward_diff, backward_source
 
 case = ui.page_setup(
     "app.py",

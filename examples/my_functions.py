@@ -12,7 +12,7 @@ bounds, where no single derivative is right; the maps outline them in orange.
 
 import torch
 
-from lib.family import declare
+from lib.app.family import declare
 
 
 class Swish(torch.autograd.Function):

@@ -3,12 +3,12 @@
     python -m lib.check path/or/module [--family NAME] [--shape 8,16] [--dtype float64] [--seed 0]
                         [--format text|json|junit] [--report report.html]
 
-It loads the module as ``--functions`` does (``lib.plugins``, with the same messages) and, for
+It loads the module as ``--functions`` does (``lib.app.plugins``, with the same messages) and, for
 every family the module declares and every formula, runs what the home page runs: the
 whole-Jacobian verdict with its coverage, the diagnosis, the second order, PyTorch's own
-conformance checks, and the Function contract's lint (``lib.anatomy``). The text format is a table that reads at 100 columns; JSON is for machines;
+conformance checks, and the Function contract's lint (``lib.contract.anatomy``). The text format is a table that reads at 100 columns; JSON is for machines;
 JUnit XML gives CI systems one test case per formula. ``--report`` also writes one self-contained
-HTML file (``lib.html_report``).
+HTML file (``lib.present.html_report``).
 
 Exit status: 0 when every formula declared correct passes; 1 when one fails (a buggy formula that
 passes is a warning: its bug may not show on this case); 2 when the module cannot be loaded, or
@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 from typing import Sequence
 from xml.etree import ElementTree
 
-from lib import plugins, views
-from lib.case import Case
-from lib.compare import GradientReport
-from lib.conformance import Check
+from lib.app import plugins, views
+from lib.app.case import Case
+from lib.engine.report import GradientReport
+from lib.contract.conformance import Check
 from lib.errors import LabError
-from lib.family import get_family
+from lib.app.family import get_family
 from lib.testing import failure_message
 
 WIDTH = 100
@@ -53,7 +53,7 @@ class FormulaResult:
     diagnosis: str = ""
     conformance: list[Check] = field(default_factory=list)
     conformance_note: str = ""  # why PyTorch's checks did not run, if they did not
-    contract: list[str] = field(default_factory=list)  # the rules of the Function contract it breaks (lib.anatomy), in words
+    contract: list[str] = field(default_factory=list)  # the rules of the Function contract it breaks (lib.contract.anatomy), in words
     seconds: float = 0.0
     report: GradientReport | None = None
     case: Case | None = None
@@ -276,7 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     output = {"text": text_table, "json": json_text, "junit": junit_xml}[args.format](results)
     print(output)
     if args.report:
-        from lib.html_report import write_report
+        from lib.present.html_report import write_report
 
         progress.say(f"writing {args.report} …")
         write_report(results, args.report, source=args.source)

@@ -6,7 +6,7 @@ the bytes of every numpy array and torch tensor it reaches. Memory is counted on
 times it is reached: an array and its views, a tensor and the numpy arrays that share its storage,
 the same array kept under two names (a plan's pattern and the verdict's entries) all count their
 buffer once, whole (a view keeps its whole buffer alive). Everything else (numbers, strings, the
-containers themselves) is left out: in the results of ``lib.views`` it is a few KiB beside arrays
+containers themselves) is left out: in the results of ``lib.app.views`` it is a few KiB beside arrays
 of up to hundreds of MiB. Functions, classes and modules are not walked into.
 """
 

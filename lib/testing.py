@@ -7,7 +7,7 @@ It runs what the app runs (the whole-Jacobian verdict with its coverage, the dia
 ``order=2`` the double backward) and raises ``AssertionError`` with a message written to be read
 in a CI log: why the backward is wrong, its worst element with the three values there, and what
 the verdict covered. Without a ``reference``, finite differences of the function itself are the
-truth. Tolerances default to the inputs' dtype's (``lib.tolerances``) and can be overridden.
+truth. Tolerances default to the inputs' dtype's (``lib.engine.tolerances``) and can be overridden.
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from lib.compare import GradientReport, compare_gradients
-from lib.family import Family, Formula
-from lib.jacobian import compare_entries, truth_scale
+from lib.engine.report import GradientReport
+from lib.engine.pipeline import compare_gradients
+from lib.app.family import Family, Formula
+from lib.engine.judge import compare_entries, truth_scale
 
 Tensor = torch.Tensor
 WIDTH = 100  # a CI log's line
@@ -107,7 +108,7 @@ def _worst_drawn(report: GradientReport) -> str:
             continue
         scale = truth_scale({"reference": comparison.gradients["reference"]})
         excess = float(compare_entries(np.array([values["analytic"]]), {"reference": np.array([values["reference"]])},
-                                       report.tolerances, scale=scale)[0][0])
+                                       report.tolerances, scale=scale).excess[0])
         if excess > worst:
             where = f"{comparison.name}[{', '.join(map(str, index))}]" if index else comparison.name
             worst, text = excess, (f"worst element of the gradient of sum(output): {where}: analytic {values['analytic']:.6g}, "

@@ -2,11 +2,12 @@
 
 import streamlit as st
 
-from lib import ui, views
-from lib.figures.landscape import trajectory_curves_figure
-from lib.figures.training import training_summary
-from lib.tables import trajectory_rows
-from lib.trajectory import LEARNING_RATES, MAX_STEPS, OPTIMIZERS
+from lib import ui
+from lib.app import views
+from lib.present.figures.landscape import trajectory_curves_figure
+from lib.present.figures.training import training_summary
+from lib.present.tables import trajectory_rows
+from lib.explore.trajectory import LEARNING_RATES, MAX_STEPS, OPTIMIZERS
 
 BADGES = {"descends": "green", "climbs": "red", "stays": "gray", "raised": "orange", "diverged": "orange"}
 

@@ -3,9 +3,10 @@ rules of the Function contract it breaks."""
 
 import streamlit as st
 
-from lib import ui, views
-from lib.anatomy import describe, rows_broken, rows_returned, rows_saved
-from lib.budget import human_bytes
+from lib import ui
+from lib.app import views
+from lib.contract.anatomy import describe, rows_broken, rows_returned, rows_saved
+from lib.app.budget import human_bytes
 
 case = ui.page_setup(
     "pages/6_Anatomy.py",

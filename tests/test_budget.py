@@ -6,9 +6,9 @@ import dataclasses
 import pytest
 import torch
 
-from lib import budget
+from lib.app import budget
 from lib.errors import LabError
-from lib.tolerances import default_tolerances
+from lib.engine.tolerances import default_tolerances
 
 
 def test_budget_comes_from_the_environment(monkeypatch):
@@ -57,9 +57,9 @@ def test_a_report_estimate_grows_with_every_term_and_bounds_its_phases():
 
 
 def test_the_engine_limits_the_estimate_assumes_are_the_engines():
-    from lib.compare import DEFAULT_JACOBIAN_LIMIT
-    from lib.diagnosis import MAX_ENTRIES_BY_HAND
-    from lib.numerical import MAX_SECOND_LOOK
+    from lib.engine.pipeline import DEFAULT_JACOBIAN_LIMIT
+    from lib.engine.diagnosis import MAX_ENTRIES_BY_HAND
+    from lib.engine.evaluate import MAX_SECOND_LOOK
 
     defaults = budget.report_bytes.__kwdefaults__
     assert defaults == {"looked": MAX_SECOND_LOOK, "drawn_jacobian": DEFAULT_JACOBIAN_LIMIT, "by_hand": MAX_ENTRIES_BY_HAND}
@@ -68,9 +68,9 @@ def test_the_engine_limits_the_estimate_assumes_are_the_engines():
 def test_a_pattern_that_fails_at_the_point_is_refused_before_its_whole_jacobian_is_built():
     """Normalisation with a zero row: the reference's pattern does not reproduce the differences
     there, so the engine would difference all 8,192 × 8,192 entries (about 15 GiB): refused, in words."""
-    from lib import views
-    from lib.case import Case
-    from lib.perturb import Perturbation
+    from lib.app import views
+    from lib.app.case import Case
+    from lib.explore.perturb import Perturbation
 
     case = Case(family="normalize", formulas=("corrected",), shape=(64, 128), perturbation=Perturbation(near_zero_rows=2, near_zero_factor=0.0))
     with pytest.raises(LabError) as refused:
@@ -81,8 +81,8 @@ def test_a_pattern_that_fails_at_the_point_is_refused_before_its_whole_jacobian_
 
 
 def test_a_large_pattern_is_counted_once_and_a_whole_jacobian_without_one_refused(monkeypatch):
-    from lib import views
-    from lib.case import Case
+    from lib.app import views
+    from lib.app.case import Case
 
     counted = []
     real = views.jacobian_rows
@@ -98,8 +98,8 @@ def test_a_large_pattern_is_counted_once_and_a_whole_jacobian_without_one_refuse
 
 
 def test_pytorchs_checks_are_guarded_too(monkeypatch):
-    from lib import views
-    from lib.case import Case
+    from lib.app import views
+    from lib.app.case import Case
 
     assert budget.conformance_bytes(4096, 4096) < budget.memory_budget()  # the largest allowed shape fits the default budget
     monkeypatch.setenv("GRADIENT_LAB_MEMORY_MB", "64")

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from lib.case import Case
+from lib.app.case import Case
 from lib.errors import LabError
 
 
@@ -41,7 +41,7 @@ def test_unavailable_device_is_a_clear_error():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_case_runs_on_cuda():
-    from lib.compare import compare_case
+    from lib.app.views import compare_case
 
     x1, _ = Case(device="cuda").inputs()
     assert x1.is_cuda

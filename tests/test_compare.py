@@ -6,10 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from lib.case import Case
-from lib.compare import PAIRS, compare_case, compare_gradients, default_tolerances, step_sweep
-from lib.family import get_family
-from lib.numerical import CHECK_DIRECTIONS
+from lib.app.case import Case
+from lib.engine.report import PAIRS
+from lib.app.views import compare_case
+from lib.engine.pipeline import compare_gradients, default_tolerances
+from lib.explore.step_sweep import step_sweep
+from lib.app.family import get_family
+from lib.engine.planning import CHECK_DIRECTIONS
 from tests.toys import broken_square_family, dense_family, reaching_family
 
 F64 = torch.float64
@@ -139,7 +142,7 @@ def test_tolerances_have_per_dtype_defaults_and_can_be_overridden():
 
 def test_formula_raising_in_backward_is_reported_not_raised():
     report = compare_gradients(COSINE, "tutorial", COSINE.build_inputs((2, 3, 4)))
-    assert report.failure.startswith("in backward: RuntimeError")
+    assert (report.failure.stage, report.failure.kind) == ("backward", "RuntimeError")
     assert not report.verdict.passed and "raised" in report.verdict.summary
     assert np.isnan(report.input("x1").gradients["analytic"]).all()
     assert np.isfinite(report.input("x1").gradients["reference"]).all()
@@ -188,7 +191,7 @@ def test_one_nan_row_spoils_only_its_own_elements_and_keeps_the_pattern_sparse()
 
 
 def test_step_sweep_of_nan_inputs_has_no_best_step_and_does_not_raise():
-    from lib.figures.check import step_sweep_figure
+    from lib.present.figures.check import step_sweep_figure
 
     x1, x2 = COSINE.build_inputs((1, 4))
     x1[0, 0] = math.nan  # found by fuzzing: every error NaN
@@ -209,7 +212,7 @@ def test_one_nan_does_not_flip_the_verdict_with_the_shape(rows):
 
 
 def test_all_outputs_not_finite_say_no_verdict_instead_of_raising():
-    from lib.perturb import Perturbation
+    from lib.explore.perturb import Perturbation
 
     for kind in ("nan", "inf"):
         report = compare_case(Case(perturbation=Perturbation(inject=kind, inject_count=1000)), "corrected")

@@ -2,8 +2,8 @@
 
 import torch
 
-from lib.conformance import STATUSES, Check, conformance_report
-from lib.functions.cosine import FORMULAS, CosineSimilarityLossFunction
+from lib.contract.conformance import STATUSES, Check, conformance_report
+from lib.app.functions.cosine import FORMULAS, CosineSimilarityLossFunction
 
 F64 = torch.float64
 NAMES = [

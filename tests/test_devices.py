@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from lib.devices import available_devices, device_problem, resolve_device
+from lib.app.devices import available_devices, device_problem, resolve_device
 from lib.errors import LabError
 
 

@@ -3,11 +3,11 @@ in words, and nothing at all for a correct Function."""
 
 import pytest
 
-from lib.case import Case
-from lib.compare import compare_gradients
-from lib.family import get_family
-from lib.perturb import Perturbation
-from lib import views
+from lib.app.case import Case
+from lib.engine.pipeline import compare_gradients
+from lib.app.family import get_family
+from lib.explore.perturb import Perturbation
+from lib.app import views
 from tests import zoo
 
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from lib.family import Family, Formula, families, get_family, register
+from lib.app.family import Family, Formula, families, get_family, register
 
 
 def test_cosine_is_a_builtin_family():
@@ -38,13 +38,13 @@ def test_registering_a_family_makes_it_available_and_run_merges_params():
         assert family.run("double", (x,)).tolist() == [6.0, 6.0]
         assert family.run(None, (x,), scale=0.5).tolist() == [1.0, 1.0]
     finally:
-        from lib import family as module
+        from lib.app import family as module
 
         module._REGISTRY.pop("test-double")
 
 
 def test_builtin_families_come_first_in_their_modules_order():
-    import lib.functions.gelu  # noqa: F401 - imported before the others on purpose
+    import lib.app.functions.gelu  # noqa: F401 - imported before the others on purpose
 
     names = list(families())
     assert names[0] == "cosine"

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from lib.compare import compare_gradients
-from lib.family import get_family
-from lib.jacobian import Coverage, compare_entries, row_colors
-from lib.tolerances import default_tolerances
+from lib.engine.pipeline import compare_gradients
+from lib.app.family import get_family
+from lib.engine.judge import Coverage, compare_entries, row_colors
+from lib.engine.tolerances import default_tolerances
 from tests import zoo
 
 ALL = zoo.WRONG + zoo.RIGHT
@@ -95,10 +95,10 @@ def test_an_entry_is_judged_against_every_finite_truth_and_left_out_only_without
     analytic = np.array([1.0, 1.0, np.nan, np.nan, 2.0])
     reference = np.array([1.0, np.nan, np.nan, 1.0, np.nan])
     numerical = np.array([1.0, 1.5, 0.5, 1.0, np.nan])
-    excess, left_out, against = compare_entries(analytic, {"reference": reference, "numerical": numerical}, tol)
-    assert list(excess > 0) == [False, True, False, True, False]
-    assert list(left_out) == [False, False, True, False, True]  # agrees with PyTorch's NaN; no truth at all
-    assert against in ("reference", "numerical")
+    judgement = compare_entries(analytic, {"reference": reference, "numerical": numerical}, tol)
+    assert list(judgement.excess > 0) == [False, True, False, True, False]
+    assert list(judgement.left_out) == [False, False, True, False, True]  # agrees with PyTorch's NaN; no truth at all
+    assert judgement.failed and judgement.against in ("reference", "numerical")
 
 
 def test_a_coverage_with_nothing_compared_gives_no_verdict():
@@ -107,8 +107,8 @@ def test_a_coverage_with_nothing_compared_gives_no_verdict():
 
 
 def test_a_check_cut_short_by_the_work_limit_says_so_as_coverage():
-    from lib.jacobian import check_jacobian
-    from lib.numerical import plan_differences
+    from lib.engine.judge import check_jacobian
+    from lib.engine.planning import plan_differences
 
     family = get_family("softmax")
     (x,) = family.build_inputs((4, 8), seed=0)

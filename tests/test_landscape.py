@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from lib.errors import LabError
-from lib.family import get_family
-from lib.landscape import gradient_field, gradients_at, loss_gradient, loss_surface, losses_at, make_plane
+from lib.app.family import get_family
+from lib.explore.landscape import gradient_field, gradients_at, loss_gradient, loss_surface, losses_at, make_plane
 
 COSINE = get_family("cosine")
 PARAMS = dict(COSINE.params)

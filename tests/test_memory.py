@@ -13,12 +13,13 @@ import numpy as np
 import pytest
 import torch
 
-from lib import numerical, views
-from lib.case import Case
-from lib.compare import compare_gradients
+from lib.engine import planning as numerical
+from lib.app import views
+from lib.app.case import Case
+from lib.engine.pipeline import compare_gradients
 from lib.errors import LabError
-from lib.family import get_family
-from lib.perturb import Perturbation, apply_perturbation
+from lib.app.family import get_family
+from lib.explore.perturb import Perturbation, apply_perturbation
 from lib.sizes import array_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -171,12 +172,14 @@ from pathlib import Path
 import streamlit  # noqa: F401 - the libraries a server holds
 import torch
 
-from lib import budget, numerical, sweeps, views
-from lib.case import Case
+from lib.app import budget, views
+from lib.engine import planning as numerical
+from lib.explore import sweeps
+from lib.app.case import Case
 from lib.errors import LabError
-from lib.perturb import Perturbation
+from lib.explore.perturb import Perturbation
 from lib.sizes import array_bytes
-from lib.trajectory import MAX_STEPS
+from lib.explore.trajectory import MAX_STEPS
 from lib.ui.compute import cache_limit, cached_bytes, compute
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from lib.errors import LabError
-from lib.perturb import Perturbation, apply_perturbation
+from lib.explore.perturb import Perturbation, apply_perturbation
 
 F64 = torch.float64
 

@@ -5,9 +5,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lib import plugins
-from lib.compare import compare_gradients
-from lib.family import _REGISTRY, families, get_family
+from lib.app import plugins
+from lib.engine.pipeline import compare_gradients
+from lib.engine.report import Failure
+from lib.app.family import _REGISTRY, families, get_family
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = str(ROOT / "examples" / "my_functions.py")
@@ -73,9 +74,9 @@ def test_functions_raising_in_forward_or_backward_are_reported_by_the_engine():
     family = get_family("raising")
     inputs = family.build_inputs((3, 4))
     forward = compare_gradients(family, "forward raises", inputs)
-    assert forward.failure == "in forward: ValueError: forward is not written yet" and not forward.verdict.passed
+    assert forward.failure == Failure("forward", "ValueError", "forward is not written yet") and not forward.verdict.passed
     backward = compare_gradients(family, "backward raises", inputs)
-    assert backward.failure == "in backward: RuntimeError: backward blew up"
+    assert backward.failure == Failure("backward", "RuntimeError", "backward blew up")
 
 
 def test_each_source_is_loaded_once_per_process():

@@ -7,10 +7,11 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from lib.compare import PAIRS, SOURCES, compare_gradients
-from lib.family import get_family
-from lib.figures.check import error_heatmap, gradient_heatmaps
-from lib.report_data import drawable, element_rows, leading_block, pair_name, plan_sources, shown, summary
+from lib.engine.report import PAIRS, SOURCES
+from lib.engine.pipeline import compare_gradients
+from lib.app.family import get_family
+from lib.present.figures.check import error_heatmap, gradient_heatmaps
+from lib.present.report_data import drawable, element_rows, leading_block, pair_name, plan_sources, shown, summary
 
 COSINE = get_family("cosine")
 AR = ("analytic", "reference")

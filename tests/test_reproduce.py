@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 import torch
 
-from lib import plugins
-from lib.case import Case
-from lib.compare import compare_case
+from lib.app import plugins
+from lib.app.case import Case
+from lib.app.views import compare_case
 from lib.errors import LabError
-from lib.family import _REGISTRY, declare, families
-from lib.perturb import Perturbation
-from lib.reproduce import REPOSITORY, case_source, file_name, python_snippet
+from lib.app.family import _REGISTRY, declare, families
+from lib.explore.perturb import Perturbation
+from lib.present.reproduce import REPOSITORY, case_source, file_name, python_snippet
 
 EXAMPLE = REPOSITORY / "examples" / "my_functions.py"
 FIXTURE = REPOSITORY / "tests" / "fixtures" / "plain_functions.py"
@@ -51,7 +51,7 @@ def users(tmp_path_factory):
     assert plugins.load(str(EXAMPLE)).families == ("swish", "clamp")
     copy = tmp_path_factory.mktemp("user") / "plain-functions.py"
     shutil.copy(FIXTURE, copy)
-    spec = importlib.util.spec_from_file_location("gradient_lab_user_plain_functions_test", copy)  # as lib.plugins names it
+    spec = importlib.util.spec_from_file_location("gradient_lab_user_plain_functions_test", copy)  # as lib.app.plugins names it
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
@@ -80,8 +80,8 @@ def test_a_builtin_familys_script_imports_only_torch_and_the_formulas_module():
     snippet = python_snippet(PERTURBED, "sign+norm-fixed")
     compile(snippet, "snippet.py", "exec")
     assert imports(snippet) == ["import base64", "import io", "import sys", "import zlib", "import torch",
-                                "from lib.functions.cosine import SignAndNormFixedFunction",
-                                "from lib.functions.cosine import cosine_reference"]
+                                "from lib.app.functions.cosine import SignAndNormFixedFunction",
+                                "from lib.app.functions.cosine import cosine_reference"]
     assert f"MODULE_DIR = {str(REPOSITORY)!r}" in snippet and "LAB_DIR" not in snippet
     assert "formula = 'sign+norm-fixed'" in snippet and "params = {'dim': 1, 'eps': 1e-08}" in snippet
     assert "torch.autograd.gradcheck(" in snippet and "fast_mode=False" in snippet and "raise_exception=False" in snippet
@@ -91,9 +91,9 @@ def test_a_builtin_familys_script_imports_only_torch_and_the_formulas_module():
 def test_a_users_script_imports_the_users_module_by_its_file_name(users):
     swish = python_snippet(SWISH, "swish")
     compile(swish, "swish.py", "exec")
-    assert "from my_functions import Swish" in imports(swish)  # not the name lib.plugins loaded it under
+    assert "from my_functions import Swish" in imports(swish)  # not the name lib.app.plugins loaded it under
     assert f"MODULE_DIR = {str(EXAMPLE.parent)!r}" in swish
-    assert f"LAB_DIR = {str(REPOSITORY)!r}" in swish  # my_functions imports lib.family.declare
+    assert f"LAB_DIR = {str(REPOSITORY)!r}" in swish  # my_functions imports lib.app.family.declare
     assert "reference_function" not in swish and "central differences" in swish  # its reference is a lambda
     cube = python_snippet(CUBE, "right")
     assert imports(cube)[-3:] == ["import importlib", "Cube = importlib.import_module('plain-functions').Cube",
@@ -194,4 +194,4 @@ def test_a_backward_that_raises_stops_the_script_with_the_same_error(runs):
     case, formula, run = runs["raising"]
     report = compare_case(case, formula)
     assert report.failure and run.returncode != 0
-    assert report.failure.split(": ", 2)[-1] in run.stderr  # e.g. "The size of tensor a (4) must match ..."
+    assert report.failure.message in run.stderr  # e.g. "The size of tensor a (4) must match ..."

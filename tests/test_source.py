@@ -2,8 +2,8 @@
 
 import torch
 
-from lib.family import Formula, get_family
-from lib.source import backward_diff, backward_source, function_class
+from lib.app.family import Formula, get_family
+from lib.present.source import backward_diff, backward_source, function_class
 from tests import zoo
 
 

@@ -6,11 +6,11 @@ float32 too; PyTorch's gradcheck keeps its looser float32 defaults."""
 import pytest
 import torch
 
-from lib import views
-from lib.case import Case
-from lib.family import families
-from lib.perturb import Perturbation
-from lib.tolerances import default_tolerances, gradcheck_tolerances
+from lib.app import views
+from lib.app.case import Case
+from lib.app.family import families
+from lib.explore.perturb import Perturbation
+from lib.engine.tolerances import default_tolerances, gradcheck_tolerances
 
 CASES = {"defaults": Perturbation(), "row norm 1e3": Perturbation(norm1=1e3, norm2=1e3)}
 from tests.functions.test_gallery import GALLERY

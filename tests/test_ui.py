@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from lib.family import get_family
+from lib.app.family import get_family
 from lib.ui.downloads import _plain, csv_text
 from lib.ui.sidebar import default_formulas
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from lib import views
-from lib.case import Case
+from lib.app import views
+from lib.app.case import Case
 from lib.errors import LabError
 
 
@@ -118,7 +118,7 @@ def test_an_unknown_upstream_is_explained():
 
 
 def test_contract_problems_name_broken_rules_not_a_formula_that_raises():
-    from lib.case import Case
+    from lib.app.case import Case
 
     case = Case(shape=(3, 4, 5), params=(("dim", 1),))  # the tutorial's backward raises on 3-D inputs with dim=1
     assert views.contract_problems(case) == {}

@@ -14,7 +14,7 @@ from typing import Any, Callable, Hashable, Iterator
 
 import streamlit as st
 
-from lib.budget import memory_budget, release_freed_memory, resident_bytes
+from lib.app.budget import memory_budget, release_freed_memory, resident_bytes
 from lib.errors import LabError
 from lib.progress import listening
 from lib.sizes import array_bytes
@@ -136,7 +136,7 @@ def cached_bytes() -> int:
 
 
 class _Releaser:
-    """Hands freed memory back to the system (``lib.budget.release_freed_memory``) whenever the
+    """Hands freed memory back to the system (``lib.app.budget.release_freed_memory``) whenever the
     process has grown by a step (a sixteenth of the budget) since it last did: between the chunks
     of a long computation, which report their progress, and after every computation."""
 
@@ -178,7 +178,7 @@ def _progress(bar, what: str) -> Callable[[float], None]:
 
 
 def compute(fn: Callable[..., Any], *args: Any, what: str = "Computing…") -> Any | None:
-    """``fn(*args)`` from ``lib.views``, cached by its plain arguments, with a spinner and a
+    """``fn(*args)`` from ``lib.app.views``, cached by its plain arguments, with a spinner and a
     progress bar; a LabError or any failure becomes a message on the page and None."""
     with guard(what.rstrip("…")):
         bar = st.empty()

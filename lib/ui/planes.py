@@ -6,8 +6,8 @@ from typing import Sequence
 
 import streamlit as st
 
-from lib import views
-from lib.case import Case
+from lib.app import views
+from lib.app.case import Case
 from lib.ui.sidebar import URL
 
 
@@ -20,7 +20,7 @@ PLANE_HELP = ("random: two Gaussian directions scaled to each row's norm · grad
 def plane_controls(prefix: str, case: Case, sizes: Sequence[int], columns: Sequence) -> tuple[views.PlaneSpec, float]:
     """The plane's widgets in five given columns (mode, moving input, two extras, span), keyed
     ``<prefix>_...``; returns the plane and the view's half-width."""
-    from lib.landscape import PLANE_MODES
+    from lib.explore.landscape import PLANE_MODES
 
     plane_col, input_col, extra_a, extra_b, span_col = columns
     names = case.get_family().input_names

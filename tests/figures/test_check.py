@@ -6,10 +6,12 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from lib.compare import SOURCES, compare_gradients, step_sweep
-from lib.conformance import Check
-from lib.family import get_family
-from lib.figures.check import (
+from lib.engine.report import SOURCES
+from lib.engine.pipeline import compare_gradients
+from lib.explore.step_sweep import step_sweep
+from lib.contract.conformance import Check
+from lib.app.family import get_family
+from lib.present.figures.check import (
     STATUS_FILL,
     conformance_table,
     error_heatmap,

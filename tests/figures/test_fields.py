@@ -4,9 +4,9 @@ import math
 
 import numpy as np
 
-from lib.family import get_family
-from lib.figures.fields import error_field_figures, shared_log_range
-from lib.landscape import GradientField, gradient_field, make_plane
+from lib.app.family import get_family
+from lib.present.figures.fields import error_field_figures, shared_log_range
+from lib.explore.landscape import GradientField, gradient_field, make_plane
 
 COSINE = get_family("cosine")
 PARAMS = dict(COSINE.params)

@@ -3,8 +3,8 @@
 import numpy as np
 import plotly.graph_objects as go
 
-from lib.family import get_family
-from lib.figures.landscape import (
+from lib.app.family import get_family
+from lib.present.figures.landscape import (
     error_field_figure,
     gradient_field_figure,
     loss_contour_figure,
@@ -13,8 +13,8 @@ from lib.figures.landscape import (
     trajectory_curves_figure,
     trajectory_pca_figure,
 )
-from lib.landscape import gradient_field, loss_surface, make_plane
-from lib.trajectory import trajectories
+from lib.explore.landscape import gradient_field, loss_surface, make_plane
+from lib.explore.trajectory import trajectories
 
 COSINE = get_family("cosine")
 PARAMS = dict(COSINE.params)

@@ -4,10 +4,10 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from lib.case import Case
-from lib.figures.style import color_for
-from lib.figures.sweeps import sweep_figure
-from lib.sweeps import perturbation_sweep
+from lib.app.case import Case
+from lib.present.figures.style import color_for
+from lib.present.figures.sweeps import sweep_figure
+from lib.explore.sweeps import perturbation_sweep
 
 CASE = Case(formulas=("tutorial", "sign-fixed", "corrected"), shape=(4, 5))
 NORMS = perturbation_sweep(CASE, "input norm")

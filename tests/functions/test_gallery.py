@@ -6,9 +6,10 @@ from functools import partial
 import pytest
 import torch
 
-from lib.case import Case
-from lib.compare import compare_case, compare_gradients
-from lib.family import families
+from lib.app.case import Case
+from lib.app.views import compare_case
+from lib.engine.pipeline import compare_gradients
+from lib.app.family import families
 from lib.testing import assert_gradients_match
 
 GALLERY = ("logsumexp", "softmax", "normalize", "softplus", "layernorm", "gelu")

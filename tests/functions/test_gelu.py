@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
-from lib.compare import compare_gradients
+from lib.engine.pipeline import compare_gradients
 
-from lib.functions.gelu import FAMILY
+from lib.app.functions.gelu import FAMILY
 from tests.functions.checks import (
     assert_conformant,
     assert_corrected_is_reference,

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from lib.functions.layernorm import FAMILY
+from lib.app.functions.layernorm import FAMILY
 from tests.functions.checks import (
     assert_conformant,
     assert_corrected_is_reference,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from lib.functions.normalize import FAMILY
+from lib.app.functions.normalize import FAMILY
 from tests.functions.checks import (
     assert_conformant,
     assert_corrected_is_reference,

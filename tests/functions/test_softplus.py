@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from lib.functions.softplus import FAMILY
+from lib.app.functions.softplus import FAMILY
 from tests.functions.checks import (
     assert_conformant,
     assert_corrected_is_reference,

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from lib import plugins
-from lib.family import _REGISTRY, families
+from lib.app import plugins
+from lib.app.family import _REGISTRY, families
 from lib.ui.compute import INTERNAL_ERROR
 from tests.pages.conftest import app
 

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lib.sweeps import METRICS, SWEEPS
-from lib.trajectory import OPTIMIZERS
+from lib.explore.sweeps import METRICS, SWEEPS
+from lib.explore.trajectory import OPTIMIZERS
 from lib.ui.compute import INTERNAL_ERROR
 from tests.pages.conftest import app, messages
 

@@ -3,7 +3,7 @@ heavy settings."""
 
 import pytest
 
-from lib import views
+from lib.app import views
 
 from tests.pages.conftest import app, messages
 

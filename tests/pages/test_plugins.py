@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from lib import plugins
-from lib.family import _REGISTRY, families
+from lib.app import plugins
+from lib.app.family import _REGISTRY, families
 from tests.pages.conftest import app, messages
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,8 +1,8 @@
 """Sessions are isolated: what one sets, caches or mutates does not reach another."""
 
-from lib import views
+from lib.app import views
 from lib.ui.compute import cached
-from lib.case import Case
+from lib.app.case import Case
 from tests.pages.conftest import app
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from lib.trajectory import OPTIMIZERS
+from lib.explore.trajectory import OPTIMIZERS
 from tests.pages.conftest import app, messages
 
 PAGE = "pages/5_Training.py"

@@ -1,0 +1,69 @@
+"""The Case: every setting of one view, frozen and hashable.
+
+It is what caches key on and what a shared link carries, and it builds the view's inputs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from lib.app.devices import resolve_device
+from lib.errors import LabError
+from lib.app.family import Family, get_family
+from lib.explore.perturb import Perturbation, apply_perturbation
+
+Tensor = torch.Tensor
+DTYPES = {"float64": torch.float64, "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class Case:
+    family: str = "cosine"
+    formulas: tuple[str, ...] = ("tutorial", "corrected")
+    shape: tuple[int, ...] = (8, 16)
+    dtype: str = "float64"
+    device: str = "cpu"
+    seed: int = 0
+    broadcast: bool = False  # the second input has size 1 off the reduced dim
+    params: tuple[tuple[str, float | int], ...] = field(default_factory=tuple)  # family params (dim, eps, ...)
+    step: float | None = None  # finite-difference step; None: the dtype's default
+    atol: float | None = None
+    rtol: float | None = None
+    perturbation: Perturbation = Perturbation()
+    upstream: str = "loss"  # the upstream gradient the maps draw: the loss's, "ones" or "random" (seeded)
+
+    def get_family(self) -> Family:
+        try:
+            return get_family(self.family)
+        except KeyError as error:
+            raise LabError(str(error.args[0])) from None
+
+    def param_values(self) -> dict[str, float | int]:
+        return {**self.get_family().params, **dict(self.params)}
+
+    def torch_dtype(self) -> torch.dtype:
+        try:
+            return DTYPES[self.dtype]
+        except KeyError:
+            raise LabError(f"Unknown dtype {self.dtype!r}; choose one of: {', '.join(DTYPES)}.") from None
+
+    def inputs(self) -> tuple[Tensor, ...]:
+        """The family's inputs for this case, on its device and in its dtype."""
+        if not self.shape or any(n < 1 for n in self.shape):
+            raise LabError(f"Shape {self.shape} is impossible: every size must be at least 1.")
+        device = resolve_device(self.device)
+        family = self.get_family()
+        params = self.param_values()
+        try:
+            inputs = family.build_inputs(self.shape, seed=self.seed, dtype=self.torch_dtype(), device=device, broadcast=self.broadcast, **params)
+        except (IndexError, ValueError, RuntimeError) as error:
+            raise LabError(f"Cannot build inputs of shape {self.shape} for {family.title}: {error}") from None
+        return apply_perturbation(inputs, self.perturbation, dim=int(params.get("dim", -1)), eps=float(params.get("eps", 1e-8)), seed=self.seed)
+
+    def input_bytes(self) -> int:
+        """The inputs' size before any is built: what the memory guard starts from."""
+        elements = math.prod(self.shape)
+        return elements * self.torch_dtype().itemsize * len(self.get_family().input_names)

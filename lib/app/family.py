@@ -1,0 +1,196 @@
+"""Families of gradient problems, and the registry that later code asks for them.
+
+A family is one function under study (cosine similarity first): a reference built from
+differentiable torch ops, whose autograd gradient is the ground truth; several formulas, each a
+custom ``torch.autograd.Function`` with a hand-written backward; how to build example inputs;
+the loss that reduces the output to a scalar; and the maths as LaTeX. Code downstream takes a
+``Family`` and never names cosine, so new families (and a user's own Functions) plug in unchanged.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+
+from lib.engine.pipeline import Problem, problem
+from lib.engine.signature import as_tuple, differentiable_outputs
+
+Tensor = torch.Tensor
+
+
+@dataclass(frozen=True)
+class Formula:
+    """One way of computing the family's function, with its own backward."""
+
+    name: str
+    function: Callable[..., Any]  # (*inputs, **params) -> output, or a tuple of outputs
+    summary: str  # one line: what is right or wrong with it
+    latex: str  # its gradient, as it computes it
+    correct: bool  # whether its gradient is meant to equal the reference's
+
+
+@dataclass(frozen=True)
+class Family:
+    """One gradient problem: reference, formulas, inputs, loss and maths."""
+
+    name: str
+    title: str
+    description: str
+    input_names: tuple[str, ...]
+    reference: Callable[..., Any] | None  # (*inputs, **params) -> output(s), plain differentiable ops
+    formulas: Mapping[str, Formula]
+    build_inputs: Callable[..., tuple[Tensor, ...]]  # (shape, *, seed, dtype, device, **options)
+    loss: Callable[..., Tensor]  # (*differentiable outputs) -> scalar
+    params: Mapping[str, float | int] = field(default_factory=dict)  # keyword defaults, e.g. dim, eps
+    forward_latex: str = ""
+    gradient_latex: str = ""  # the true gradient
+    specimen: str = ""  # the code under study, its bugs marked in comments, for the home page
+    # the point an input is pulled towards, (inputs, index, params) -> tensor shaped like it, or None
+    target: Callable[[tuple[Tensor, ...], int, Mapping], Tensor | None] | None = None
+    broadcast: bool = False  # whether build_inputs can give the second input size 1 off the reduced dim
+    # what to look for, in words, where pages explain a view: "training", "field", "sweep:<kind>";
+    # a page falls back to its own family-neutral words
+    notes: Mapping[str, str] = field(default_factory=dict)
+    output_names: tuple[str, ...] = ()  # the outputs' names, where the Function returns several (default out0, out1, …)
+    constants: tuple[str, ...] = ()  # floating-point inputs that are not differentiated (integer and bool ones never are)
+    draw: int = 0  # which differentiable output the pages draw, where there are several
+
+    def note(self, place: str, default: str = "") -> str:
+        return self.notes.get(place, default)
+
+    def formula(self, name: str) -> Formula:
+        try:
+            return self.formulas[name]
+        except KeyError:
+            known = ", ".join(self.formulas)
+            raise KeyError(f"family {self.name!r} has no formula {name!r}; it has: {known}") from None
+
+    def bind(self, formula: str | None, params: Mapping | None = None) -> Callable[..., Any]:
+        """One formula (``None``: the reference) as a function of the inputs alone, its params bound."""
+        merged = {**self.params, **(params or {})}
+        function = self.reference if formula is None else self.formula(formula).function
+        if function is None:
+            raise KeyError(f"family {self.name!r} has no reference")
+        return lambda *inputs: function(*inputs, **merged)
+
+    def run(self, formula: str | None, inputs: tuple[Tensor, ...], **params) -> Any:
+        """The output(s) of one formula (``None``: the reference) on ``inputs``."""
+        return self.bind(formula, params)(*inputs)
+
+    def structure_key(self, params: Mapping | None = None) -> tuple:
+        """What the reference's Jacobian structure depends on besides the input shapes: this family
+        and its params (a kept structure is verified at each new point before it is used)."""
+        merged = {**self.params, **(params or {})}
+        return (self.name, id(self), tuple(sorted((k, repr(v)) for k, v in merged.items())))
+
+    def problem(self, formula: str, inputs: Sequence[Tensor], params: Mapping | None = None) -> Problem:
+        """``formula`` on ``inputs`` in the engine's canonical form (``lib.engine.pipeline.problem``)."""
+        return problem(formula, self.bind(formula, params), self.bind(None, params) if self.reference is not None else None, inputs,
+                       self.input_names, self.loss, outputs=self.output_names, constants=self.constants,
+                       structure_key=self.structure_key(params))
+
+    def objective(self, outputs: Any) -> Tensor:
+        """The family's loss of a formula's output(s): of its differentiable outputs, in order."""
+        outputs = as_tuple(outputs)
+        return self.loss(*(o for o, d in zip(outputs, differentiable_outputs(outputs)) if d))
+
+
+_REGISTRY: dict[str, Family] = {}
+_BUILTIN_MODULES = (
+    "lib.app.functions.cosine",
+    "lib.app.functions.logsumexp",
+    "lib.app.functions.softmax",
+    "lib.app.functions.normalize",
+    "lib.app.functions.softplus",
+    "lib.app.functions.layernorm",
+    "lib.app.functions.gelu",
+)
+
+
+def register(family: Family) -> Family:
+    """Make ``family`` known to the app; a later registration of the same name replaces it."""
+    _REGISTRY[family.name] = family
+    return family
+
+
+def families() -> dict[str, Family]:
+    """Every registered family by name: the built-in ones first, in their modules' order, then
+    users' in the order they were declared."""
+    builtin = [importlib.import_module(module).FAMILY.name for module in _BUILTIN_MODULES]
+    return {**{name: _REGISTRY[name] for name in builtin if name in _REGISTRY}, **_REGISTRY}
+
+
+def get_family(name: str) -> Family:
+    known = families()
+    try:
+        return known[name]
+    except KeyError:
+        raise KeyError(f"no family named {name!r}; known: {', '.join(known)}") from None
+
+
+def _same_shaped_normals(names: tuple[str, ...]) -> Callable[..., tuple[Tensor, ...]]:
+    def build_inputs(shape, *, seed=0, dtype=torch.float64, device="cpu", broadcast=False, **_params):
+        generator = torch.Generator().manual_seed(seed)
+        draws = [torch.randn(tuple(shape), generator=generator, dtype=torch.float64) for _ in names]
+        return tuple(x.to(dtype=dtype, device=device) for x in draws)
+
+    return build_inputs
+
+
+def _sum_of_outputs(*outputs: Tensor) -> Tensor:
+    return sum(o.sum() for o in outputs)
+
+
+def declare(
+    name: str,
+    formulas: Mapping[str, Callable[..., Tensor] | type[torch.autograd.Function]],
+    *,
+    reference: Callable[..., Tensor] | None = None,
+    inputs: tuple[str, ...] = ("x",),
+    correct: tuple[str, ...] = (),
+    build_inputs: Callable[..., tuple[Tensor, ...]] | None = None,
+    loss: Callable[..., Tensor] | None = None,
+    params: Mapping[str, float | int] | None = None,
+    outputs: tuple[str, ...] = (),
+    constants: tuple[str, ...] = (),
+    title: str | None = None,
+    description: str = "",
+    latex: Mapping[str, str] | None = None,
+    notes: Mapping[str, str] | None = None,
+) -> Family:
+    """Register a family with as little ceremony as possible; the contract for users' modules.
+
+    ``formulas`` maps names to autograd.Function classes (their ``apply`` is used) or callables of
+    the inputs (and the ``params`` as keywords). Without a ``reference``, finite differences are the
+    reference. Defaults: standard-normal inputs of the sidebar's shape, one per name in
+    ``inputs``; the loss is the sum of every differentiable output. A Function may return several
+    outputs (``outputs`` names them) and take integer or boolean inputs (passed through, never
+    differentiated), as may floating-point inputs named in ``constants``. ``notes``: what to look for on a page, in
+    your words ("training", "field", "sweep:input norm", ...); pages have neutral defaults.
+    """
+    def as_callable(f):
+        return f.apply if isinstance(f, type) and issubclass(f, torch.autograd.Function) else f
+
+    latex = dict(latex or {})
+    return register(
+        Family(
+            name=name,
+            title=title or name,
+            description=description or f"{name}: a user's family.",
+            input_names=tuple(inputs),
+            reference=reference,
+            formulas={n: Formula(n, as_callable(f), "correct by declaration" if n in correct else "under test", latex.get(n, ""), n in correct)
+                      for n, f in formulas.items()},
+            build_inputs=build_inputs or _same_shaped_normals(tuple(inputs)),
+            loss=loss or _sum_of_outputs,
+            params=dict(params or {}),
+            output_names=tuple(outputs),
+            constants=tuple(constants),
+            forward_latex=latex.get("forward", ""),
+            gradient_latex=latex.get("gradient", ""),
+            notes=dict(notes or {}),
+        )
+    )

@@ -1,0 +1,453 @@
+"""Why a backward is wrong: hypotheses tested against the whole-Jacobian comparison.
+
+Each hypothesis is a simple story about the analytic Jacobian A and the true one T (on the
+pattern's entries, and in the random probes' products uᵀA, uᵀT): a flipped sign (A = −T), a
+constant factor (A = cT), a factor per output row (A_r = c_r T_r, with what c_r follows), the
+upstream gradient ignored, reduced or permuted, a transposed Jacobian, two inputs' gradients
+swapped, a term of rank one per row missing, wrong only in a region of the inputs, not finite
+where the truth is. A hypothesis *explains* the error when the residual it leaves is within the
+verdict's own tolerance; every one that does is reported, with its evidence in numbers.
+Plain numpy data in, plain data out; nothing here names a family.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from lib.engine.judge import JacobianVerdict, compare_entries
+from lib.engine.tolerances import Tolerances
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str  # "sign", "factor", "row factor", "grad_output ignored", ...
+    words: str  # the diagnosis, in plain words
+    evidence: str  # the numbers behind it
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    findings: tuple[Finding, ...]
+
+    @property
+    def words(self) -> str:
+        """Every finding's words, joined: what a verdict line says."""
+        return "; ".join(f.words for f in self.findings)
+
+
+def _truth(values: dict[str, np.ndarray]) -> np.ndarray:
+    return values["reference"] if "reference" in values else values["numerical"]
+
+
+def _explains(a: np.ndarray, t: np.ndarray, tolerances: Tolerances) -> bool:
+    """Whether a (the hypothesis applied) is t within the verdict's tolerance, where both are finite."""
+    finite = np.isfinite(a) & np.isfinite(t)
+    if not finite.any():
+        return False
+    excess = compare_entries(a[finite], {"truth": t[finite]}, tolerances).excess
+    return not (excess > 0).any()
+
+
+def _stack(verdict: JacobianVerdict) -> tuple[np.ndarray, np.ndarray]:
+    """Every compared entry of every input: (analytic, truth), flat."""
+    a = np.concatenate([e.values["analytic"] for e in verdict.entries]) if verdict.entries else np.zeros(0)
+    t = np.concatenate([_truth(e.values) for e in verdict.entries]) if verdict.entries else np.zeros(0)
+    return a, t
+
+
+def diagnose(verdict: JacobianVerdict, inputs: Sequence[np.ndarray], tolerances: Tolerances,
+             second_order_wrong: bool = False) -> Diagnosis:
+    """Every hypothesis that explains the verdict's failure (none when it passed)."""
+    findings: list[Finding] = []
+    if verdict.passed:
+        if second_order_wrong:
+            findings.append(Finding("double backward", "right to first order, wrong in double backward",
+                                    "every Jacobian entry agrees; the Hessian-vector products do not"))
+        return Diagnosis(tuple(findings))
+    a, t = _stack(verdict)
+    finite = np.isfinite(a) & np.isfinite(t)
+    tests = (_not_finite, _sign_or_factor, _row_factor, _row_factor_and_own_term, _transposed, _swapped, _reduction_dim, _region)
+    for test in tests:
+        found = test(verdict, a, t, finite, inputs, tolerances)
+        if found:
+            findings.append(found)
+    findings += _upstream(verdict, tolerances, findings)
+    if not findings and verdict.entries:
+        rank_one = _rank_one_term(verdict, tolerances)
+        if rank_one:
+            findings.append(rank_one)
+    return Diagnosis(tuple(findings))
+
+
+def diagnose_failure(failure, inputs: Sequence) -> Diagnosis | None:
+    """Why a backward raised, where its exception says it: a broadcasting mismatch on a 3-D input
+    is a reduction over the wrong dim (the tutorial's backward reduces over dim -1, its forward over 1)."""
+    shapes_mismatch = failure.stage == "backward" and failure.kind == "RuntimeError" and "size of tensor" in failure.message
+    if shapes_mismatch and any(x.dim() >= 3 for x in inputs):
+        return Diagnosis((Finding("reduction dim", "the backward reduces over the wrong dim: its shapes do not match a 3-D input's",
+                                  str(failure)),))
+    return None
+
+
+# ---- the hypotheses ---------------------------------------------------------------------------------
+
+
+def _not_finite(verdict, a, t, finite, inputs, tolerances) -> Finding | None:
+    bad = ~np.isfinite(a) & np.isfinite(t)
+    if not bad.any():
+        return None
+    return Finding("not finite", f"not finite at {int(bad.sum()):,} Jacobian entries where the truth is finite",
+                   f"{int(bad.sum()):,} of {a.size:,} compared entries are NaN or Inf in the formula's backward only")
+
+
+def _probes_explained(verdict, scale_of_entry, tolerances: Tolerances) -> bool:
+    """Whether every probe's uᵀA equals uᵀ(S ⊙ T) for the hypothesis' scaling S of the true
+    entries: a story about the entries must hold for every upstream too."""
+    for probe in verdict.probes:
+        for i, e in enumerate(verdict.entries):
+            truth = _truth(e.values)
+            predicted = np.bincount(e.cols, weights=np.nan_to_num(probe.upstream[e.rows] * scale_of_entry(i) * truth),
+                                    minlength=probe.products["analytic"][i].size)
+            if not _explains(probe.products["analytic"][i], predicted, tolerances):
+                return False
+    return True
+
+
+def _sign_or_factor(verdict, a, t, finite, inputs, tolerances) -> Finding | None:
+    if not finite.any() or not np.any(t[finite]):
+        return None
+    c = float(a[finite] @ t[finite] / (t[finite] @ t[finite]))
+    if not np.isfinite(c) or abs(c - 1) < 1e-6 or not _explains(a, c * t, tolerances):
+        return None
+    if not _probes_explained(verdict, lambda i: c, tolerances):
+        return None
+    if abs(c + 1) <= 1e-6:
+        return Finding("sign", "sign flipped", "analytic = −1 × truth at every compared entry")
+    words = f"sign flipped and off by a constant factor {abs(c):.6g}" if c < 0 else f"off by a constant factor {c:.6g}"
+    return Finding("factor", words, f"analytic = {c:.6g} × truth at every compared entry")
+
+
+def _row_factor(verdict, a, t, finite, inputs, tolerances) -> Finding | None:
+    """A_r = c_r · T_r for each output row r, the c_r not all equal; what c_r follows."""
+    rows = np.concatenate([e.rows for e in verdict.entries]) if verdict.entries else np.zeros(0, dtype=int)
+    if rows.size == 0:
+        return None
+    m = int(rows.max()) + 1
+    if np.bincount(rows, minlength=m).max() < 2:
+        return None  # one entry per row: any error is "a factor per row", which says nothing
+    use = finite
+    num = np.bincount(rows[use], weights=a[use] * t[use], minlength=m)
+    den = np.bincount(rows[use], weights=t[use] * t[use], minlength=m)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        c = np.where(den > 0, num / den, np.nan)
+    fitted = np.where(np.isfinite(c[rows]), c[rows] * t, np.nan)
+    known = np.isfinite(c)
+    if known.sum() < 2 or not _explains(np.where(np.isfinite(fitted), a, np.nan), fitted, tolerances):
+        return None
+    if not _probes_explained(verdict, lambda i: np.nan_to_num(c[verdict.entries[i].rows]), tolerances):
+        return None
+    values = c[known]
+    if np.allclose(values, values[0], rtol=1e-6):
+        return None  # a constant: the factor hypothesis says it
+    sign = " and the sign flipped" if np.all(values < 0) else ""
+    follows = _what_it_follows(np.abs(values), known, verdict, inputs)
+    words = f"off by a factor that differs from row to row{sign}" + (f": {follows}" if follows else "")
+    return Finding("row factor", words, f"per output row, analytic = c_r × truth; c_r from {values.min():.4g} to {values.max():.4g}")
+
+
+def _row_factor_and_own_term(verdict, a, t, finite, inputs, tolerances) -> Finding | None:
+    """A_r = c_r · T_r + d_r,i · x_i,r for each output row r: a factor per row, and a term along
+    each input's own elements in that row (the tutorial's cosine: its projection term lacks the
+    1/‖x1‖² that the normalisation would bring)."""
+    entries = verdict.entries
+    if not entries or any(not np.all(np.isfinite(e.values["analytic"])) for e in entries):
+        return None
+    rows = np.concatenate([e.rows for e in entries])
+    if rows.size == 0:
+        return None
+    m = int(rows.max()) + 1
+    if np.bincount(rows, minlength=m).min() < len(entries) + 2:
+        return None  # too few entries per row to tell a factor and a term apart
+    xs = [np.asarray(x, dtype=np.float64).reshape(-1)[e.cols] for e, x in zip(entries, inputs)]
+    design = np.zeros((rows.size, 1 + len(entries)))
+    design[:, 0] = t
+    offset = 0
+    for i, (e, x) in enumerate(zip(entries, xs)):
+        design[offset : offset + e.rows.size, 1 + i] = x
+        offset += e.rows.size
+    if not np.all(np.isfinite(design)):
+        return None
+    coefficients = np.zeros((m, design.shape[1]))
+    fitted = np.zeros(rows.size)
+    order = np.argsort(rows, kind="stable")  # entries grouped by row: each row's fit is a slice
+    bounds = np.searchsorted(rows[order], np.arange(m + 1))
+    for r in range(m):
+        mine = order[bounds[r] : bounds[r + 1]]
+        solution, *_ = np.linalg.lstsq(design[mine], a[mine], rcond=None)
+        coefficients[r] = solution
+        fitted[mine] = design[mine] @ solution
+    if not _explains(a, fitted, tolerances) or _explains(a, t, tolerances):
+        return None
+    c = coefficients[:, 0]
+    if np.allclose(c, 1, rtol=1e-6) or np.allclose(coefficients[:, 1:], 0, atol=tolerances.atol):
+        return None
+    sign = "sign flipped, and " if np.all(c < 0) else ""
+    follows = _what_it_follows(np.abs(c), np.ones(m, dtype=bool), verdict, inputs)
+    names = " and ".join(e.name for e in entries)
+    words = (f"{sign}off by a factor per row" + (f", {follows}" if follows else "")
+             + f"; and an extra term along each input's own row ({names})")
+    return Finding("row factor and term", words, f"per output row r, analytic = c_r × truth + d_r × input row; c_r from {c.min():.4g} to {c.max():.4g}")
+
+
+def _what_it_follows(factors: np.ndarray, known: np.ndarray, verdict, inputs) -> str:
+    """Whether the per-row factors are a power of the rows' input norms: log c_r against log of
+    each candidate, slope and fit."""
+    norms = {}
+    for e, x in zip(verdict.entries, inputs):
+        flat = np.abs(np.asarray(x, dtype=np.float64).reshape(-1))
+        squares = np.bincount(e.rows, weights=flat[e.cols] ** 2, minlength=known.size)
+        counts = np.bincount(e.rows, minlength=known.size)
+        norms[f"‖{e.name}‖"] = np.sqrt(np.where(counts > 0, squares, np.nan))
+    candidates = dict(norms)
+    if len(norms) == 2:
+        (n1, v1), (n2, v2) = norms.items()
+        candidates[f"{n1}·{n2}"] = v1 * v2
+    log_c = np.log(factors)
+    best = None
+    for name, values in candidates.items():
+        v = values[known]
+        ok = np.isfinite(v) & (v > 0) & np.isfinite(log_c)
+        if ok.sum() < 2 or np.ptp(np.log(v[ok])) < 1e-6:
+            continue
+        slope, intercept = np.polyfit(np.log(v[ok]), log_c[ok], 1)
+        residual = np.abs(log_c[ok] - (slope * np.log(v[ok]) + intercept)).max()
+        if residual < 1e-3 and abs(slope - round(slope)) < 1e-3 and round(slope) != 0:
+            power = int(round(slope))
+            if best is None or residual < best[0]:
+                best = (residual, name, power, float(np.exp(intercept)))
+    if best is None:
+        return ""
+    _, name, power, scale = best
+    what = name if power == 1 else f"1/({name})" if power == -1 else f"({name})^{power}"
+    scaled = "" if abs(scale - 1) < 1e-3 else f" × {scale:.4g}"
+    missing = f", a missing 1/({name})" if power == 1 and not scaled else ""
+    return f"{what}{scaled}{missing}"
+
+
+MAX_ENTRIES_BY_HAND = 200_000  # hypotheses that walk the entries in Python stop above this many
+
+
+def _transposed(verdict, a, t, finite, inputs, tolerances) -> Finding | None:
+    """A(r, c) = T(c, r): for an input whose Jacobian is square."""
+    if a.size > MAX_ENTRIES_BY_HAND:
+        return None
+    for e in verdict.entries:
+        size = int(np.prod(e.shape)) if e.shape else 1
+        if size != e.values["analytic"].size and size * size < e.values["analytic"].size:
+            continue
+        truth = _truth(e.values)
+        lookup = {(int(r), int(c)): v for r, c, v in zip(e.rows, e.cols, truth)}
+        if not lookup or max(int(e.rows.max()), int(e.cols.max())) >= size * 4:
+            continue
+        swapped = np.array([lookup.get((int(c), int(r)), 0.0) for r, c in zip(e.rows, e.cols)])
+        if not _explains(e.values["analytic"], truth, tolerances) and _explains(e.values["analytic"], swapped, tolerances):
+            return Finding("transposed", f"the Jacobian of {e.name} is transposed", f"analytic entry (r, c) = true entry (c, r) for {e.name}")
+    return None
+
+
+def _swapped(verdict, a, t, finite, inputs, tolerances) -> Finding | None:
+    """The gradients of two inputs returned in each other's place (same shapes)."""
+    entries = verdict.entries
+    for i in range(len(entries)):
+        for j in range(i + 1, len(entries)):
+            if entries[i].shape != entries[j].shape:
+                continue
+            products = [p.products for p in verdict.probes]
+            truth = "reference" if "reference" in products[0] else "numerical"
+            if all(p[truth][j] is not None and _explains(p["analytic"][i], p[truth][j], tolerances)
+                   and _explains(p["analytic"][j], p[truth][i], tolerances) for p in products):
+                return Finding("swapped", f"the gradients of {entries[i].name} and {entries[j].name} are swapped",
+                               f"for every random upstream, the backward's {entries[i].name} is the true {entries[j].name} and back")
+    return None
+
+
+def _reduction_dim(verdict, a, t, finite, inputs, tolerances) -> Finding | None:
+    """A reduction over the wrong dim (3-D inputs and up): log|A/T| per element splits into a
+    part that does not vary along one dim and a part that does not vary along another, as when
+    a norm or mean is taken along dim q where the truth takes it along dim p."""
+    for e in verdict.entries:
+        if len(e.shape) < 3 or e.rows.size == 0:
+            continue
+        size = int(np.prod(e.shape))
+        if np.bincount(e.cols, minlength=size).max() != 1:
+            continue  # each element in one output only, so that A/T is a ratio per element
+        analytic, truth = e.values["analytic"], _truth(e.values)
+        ok = np.isfinite(analytic) & np.isfinite(truth) & (analytic != 0) & (truth != 0)
+        if not ok.all() or _explains(analytic, truth, tolerances):
+            continue
+        log_ratio = np.zeros(size)
+        log_ratio[e.cols] = np.log(np.abs(analytic / truth))
+        log_ratio = log_ratio.reshape(e.shape)
+        # the dim the truth reduces over: the one along which one output's elements vary
+        first = e.cols[e.rows == e.rows[0]]
+        varying = [d for d, index in enumerate(np.unravel_index(first, e.shape)) if np.ptp(index) > 0]
+        for p in varying:
+            for q in range(len(e.shape)):
+                if p != q and _splits(log_ratio, p, q):
+                    return Finding("reduction dim", f"reduces over the wrong dim: dim {q} of {e.name} instead of dim {p}",
+                                   f"analytic / truth = f(without dim {p}) / g(without dim {q}) at every element of {e.name}")
+    return None
+
+
+def _splits(values: np.ndarray, p: int, q: int) -> bool:
+    """Whether values = f(index without dim p) + h(index without dim q) (two-way additive)."""
+    centred = values - values.mean(axis=p, keepdims=True) - values.mean(axis=q, keepdims=True) + values.mean(axis=(p, q), keepdims=True)
+    return bool(np.abs(centred).max() < 1e-6) and bool(np.ptp(values) > 1e-6)
+
+
+def _region(verdict, a, t, finite, inputs, tolerances) -> Finding | None:
+    """Wrong only where a simple condition on the inputs holds (|x| > k, x < 0, …): the
+    elements that are wrong in an entry or in a probe's product, against the rest."""
+    for i, (e, x) in enumerate(zip(verdict.entries, inputs)):
+        size = int(np.prod(e.shape)) if e.shape else 1
+        bad_cols = np.zeros(size, dtype=bool)
+        excess = compare_entries(e.values["analytic"], {"truth": _truth(e.values)}, tolerances).excess
+        bad_cols[e.cols[excess > 0]] = True
+        for probe in verdict.probes:
+            truth = "reference" if "reference" in probe.products else "numerical"
+            if probe.products[truth][i] is not None:
+                excess = compare_entries(probe.products["analytic"][i], {"truth": probe.products[truth][i]}, tolerances).excess
+                bad_cols |= excess > 0
+        if not bad_cols.any() or bad_cols.all():
+            continue
+        flat = np.asarray(x, dtype=np.float64).reshape(-1)
+        found = _condition(flat, bad_cols, e.name)
+        if found:
+            return Finding("region", f"wrong only where {found}",
+                           f"{int(bad_cols.sum()):,} of {bad_cols.size:,} elements of {e.name} are wrong, exactly those")
+    return None
+
+
+def _condition(x: np.ndarray, bad: np.ndarray, name: str) -> str:
+    for label, values in ((f"|{name}|", np.abs(x)), (name, x)):
+        good = values[~bad & np.isfinite(values)]
+        wrong = values[bad & np.isfinite(values)]
+        if good.size and wrong.size:
+            if wrong.min() > good.max():
+                return f"{label} > {_between(good.max(), wrong.min())}"
+            if wrong.max() < good.min():
+                return f"{label} < {_between(wrong.max(), good.min())}"
+            inside = (good >= wrong.min()) & (good <= wrong.max())
+            if not inside.any() and (good < wrong.min()).any() and (good > wrong.max()).any():  # a band: 1 < |x| ≤ 2, say
+                low, high = good[good < wrong.min()].max(), good[good > wrong.max()].min()
+                below, above = _between(low, wrong.min()), _between(wrong.max(), high)
+                return f"{below} {'≤' if float(below) == wrong.min() else '<'} {label} {'≤' if float(above) == wrong.max() else '<'} {above}"
+    return ""
+
+
+def _between(low: float, high: float) -> str:
+    """A round number between low and high, for the words."""
+    for digits in range(0, 6):
+        for candidate in (round(high, digits), round(low, digits)):
+            if low <= candidate <= high:
+                return f"{candidate:g}"
+    return f"{(low + high) / 2:.3g}"
+
+
+def _upstream(verdict, tolerances, others: Sequence[Finding] = ()) -> list[Finding]:
+    """How the backward uses grad_output, from the probes: ignored (the same product for every
+    upstream), reduced (a product that follows the upstream's mean or sum only), permuted
+    across outputs (rolled), or otherwise mixed or not linear in it; and a term it adds."""
+    probes = verdict.probes
+    if len(probes) < 2:
+        return []
+    products = [np.concatenate([p for p in probe.products["analytic"]]) for probe in probes]
+    if all(np.all(np.isfinite(p)) for p in products) and np.allclose(products[0], products[1], rtol=1e-9, atol=0) and np.any(products[0]):
+        return [Finding("grad_output ignored", "grad_output ignored",
+                        "the backward gives the same gradient for two different random upstream gradients")]
+    column_sums = _ones_product(verdict)
+    if column_sums is not None:
+        for name, reduce in (("mean", np.mean), ("sum", np.sum)):
+            if all(_explains(np.concatenate(probe.products["analytic"]), reduce(probe.upstream) * column_sums, tolerances)
+                   for probe in probes):
+                return [Finding("grad_output reduced", f"grad_output reduced to its {name} before use",
+                                f"for every random upstream u, the backward gives {name}(u) × the gradient for an upstream of ones")]
+    found = []
+    zero = np.concatenate(verdict.zero) if verdict.zero else np.zeros(0)
+    if zero.size and np.any(np.isfinite(zero) & (zero != 0)):
+        found.append(Finding("added term", "a term that does not depend on grad_output is added",
+                             f"for a zero upstream gradient the backward returns up to {np.nanmax(np.abs(zero)):.3g}, not 0"))
+    entries_right = all(not (compare_entries(e.values["analytic"], {"truth": _truth(e.values)}, tolerances).excess > 0).any()
+                        for e in verdict.entries)
+    if entries_right and verdict.entries and not found and not others:
+        rolled = _rolled(verdict, tolerances)
+        found.append(rolled or Finding("grad_output mixed", "grad_output mixed across outputs, or used in a way that is not linear",
+                                       "every Jacobian entry is right for 0/1 upstreams, yet random upstreams give other gradients"))
+    return found
+
+
+def _rolled(verdict, tolerances) -> Finding | None:
+    """uᵀA = (roll u)ᵀT for a shift of the upstream along one of the output's dims."""
+    shape = verdict.output_shape
+    for axis in range(len(shape)):
+        for shift in (1, -1):
+            def rolled_matches(probe) -> bool:
+                u = np.roll(probe.upstream.reshape(shape), shift, axis=axis).reshape(-1)
+                for i, e in enumerate(verdict.entries):
+                    predicted = np.bincount(e.cols, weights=np.nan_to_num(u[e.rows] * _truth(e.values)),
+                                            minlength=probe.products["analytic"][i].size)
+                    if not _explains(probe.products["analytic"][i], predicted, tolerances):
+                        return False
+                return True
+            if all(rolled_matches(p) for p in verdict.probes):
+                return Finding("grad_output rolled", f"grad_output permuted across outputs (rolled by {shift} along output dim {axis})",
+                               "for every random upstream u, the backward gives the true gradient for u rolled")
+    return None
+
+
+def _ones_product(verdict) -> np.ndarray | None:
+    """1ᵀT from the entries: the true gradient for an upstream of ones."""
+    if not verdict.entries:
+        return None
+    parts = []
+    for e in verdict.entries:
+        size = int(np.prod(e.shape)) if e.shape else 1
+        truth = _truth(e.values)
+        ok = np.isfinite(truth)
+        parts.append(np.bincount(e.cols[ok], weights=truth[ok], minlength=size))
+    return np.concatenate(parts)
+
+
+def _rank_one_term(verdict, tolerances) -> Finding | None:
+    """A − T of rank one within each block of outputs sharing their inputs (softmax's missing
+    projection −y yᵀ, say)."""
+    if sum(e.rows.size for e in verdict.entries) > MAX_ENTRIES_BY_HAND:
+        return None
+    for e in verdict.entries:
+        d = e.values["analytic"] - _truth(e.values)
+        if not np.all(np.isfinite(d)):
+            continue
+        blocks: dict[tuple, list[int]] = {}
+        cols_of_row: dict[int, list[int]] = {}
+        for k, (r, c) in enumerate(zip(e.rows.tolist(), e.cols.tolist())):
+            cols_of_row.setdefault(r, []).append(k)
+        for r, ks in cols_of_row.items():
+            blocks.setdefault(tuple(sorted(e.cols[ks].tolist())), []).append(r)
+        ranks = []
+        for cols, rows in blocks.items():
+            if len(rows) < 2 or len(cols) < 2:
+                continue
+            index = {c: j for j, c in enumerate(cols)}
+            block = np.zeros((len(rows), len(cols)))
+            for i, r in enumerate(rows):
+                for k in cols_of_row[r]:
+                    block[i, index[int(e.cols[k])]] = d[k]
+            s = np.linalg.svd(block, compute_uv=False)
+            ranks.append(s[1] <= 1e-8 * max(s[0], 1e-300) and s[0] > tolerances.atol)
+        if ranks and all(ranks):
+            return Finding("rank-one term", "a term of rank one per block of outputs is missing or extra (a projection such as −y yᵀ)",
+                           f"analytic − truth has rank 1 in each of the {len(ranks)} blocks of {e.name}'s Jacobian")
+    return None

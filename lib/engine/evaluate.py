@@ -1,0 +1,393 @@
+"""Evaluate: the formula's forward, its analytic products (backward calls) and finite differences,
+each computed once and kept on the plan.
+
+Central differences of the forward along batches of directions (colour groups, single elements or
+random ±1 directions), under ``vmap`` where the Function supports it; values computed under vmap
+(whose rule a Function may get wrong) must reproduce plain calls, or are computed again one copy at
+a time. Backward calls give uᵀJ for batches of upstream vectors u.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
+
+import numpy as np
+import torch
+
+if TYPE_CHECKING:
+    from lib.engine.planning import DifferencePlan
+
+Tensor = torch.Tensor
+DEFAULT_BUDGET_BYTES = 256 * 2**20
+
+
+# ---- the one primitive: differences along a batch of directions ----------------------------------
+
+
+def _chunk_size(input_elements: int, output_elements: int, itemsize: int, budget_bytes: int) -> int:
+    # the plus and minus copies, their outputs, with slack for the function's temporaries
+    per_direction = (6 * input_elements + 2 * output_elements) * itemsize
+    return max(1, budget_bytes // max(per_direction, 1))
+
+
+def _evaluate_batch(function: Callable[..., Tensor], inputs: Sequence[Tensor], index: int, batch: Tensor, batched: bool = True) -> Tensor:
+    """``function`` on each perturbed copy of input ``index`` in ``batch``: under vmap where the
+    Function supports it and ``batched``, else one plain call per copy. A Function's own vmap rule
+    may be wrong, so plans check vmapped results against plain calls (``_checked_plan``)."""
+
+    def at(x: Tensor) -> Tensor:
+        return function(*inputs[:index], x, *inputs[index + 1 :])
+
+    if batched:
+        try:
+            return torch.func.vmap(at)(batch)
+        except Exception:  # noqa: BLE001 - a Function without a vmap rule: one call per direction
+            pass
+    return torch.stack([at(x) for x in batch])
+
+
+def _difference(function, inputs, index: int, both: Tensor, step: float, batched: bool = True, base: Tensor | None = None) -> Tensor:
+    """(f(x + h·d) − f(x − h·d)) / 2h for a batch holding the k plus copies, then the k minus
+    copies (one evaluation call for both), flattened to (k, outputs). With ``base`` = f(x): that
+    and, from the same evaluations, the gap between the one-sided slopes,
+    |f(x + h·d) + f(x − h·d) − 2 f(x)| / h, stacked as (2, k, outputs)."""
+    k = both.shape[0] // 2
+    with torch.no_grad():
+        values = _evaluate_batch(function, inputs, index, both, batched)
+    central = ((values[:k] - values[k:]) / (2 * step)).reshape(k, -1)
+    if base is not None:  # the same evaluations give the gaps too: (2, k, outputs)
+        return torch.stack([central, ((values[:k] + values[k:] - 2 * base) / step).abs().reshape(k, -1)])
+    return central
+
+
+def along_direction(function, inputs, index: int, direction: Tensor, step: float) -> Tensor:
+    """The central difference along one direction of input ``index``, by two plain calls (never
+    vmap: this is what vmapped results are checked against): (outputs,)."""
+    x = inputs[index]
+    d = step * direction.to(x)
+    return _difference(function, inputs, index, torch.stack([x + d, x - d]), step, batched=False)[0]
+
+
+def group_differences(function, inputs, plan: DifferencePlan, step: float, chunk: int, base: Tensor | None = None) -> Iterator[tuple[int, Tensor]]:
+    """For each chunk of perturbation groups (colours, or single elements): the first group and
+    (f(x + h·e_g) − f(x − h·e_g)) / 2h per group g, as (k, outputs) (with ``base``: the gaps
+    between one-sided slopes, see ``_difference``)."""
+    x = inputs[plan.input_index]
+    n = plan.n_inputs
+    group = torch.from_numpy(plan.colors) if plan.colors is not None else torch.arange(n)
+    order = torch.argsort(group, stable=True)  # elements sorted by group: a chunk is a slice
+    bounds = torch.searchsorted(group[order], torch.arange(0, plan.n_groups + chunk, chunk).clamp(max=plan.n_groups))
+    flat = x.reshape(1, n)
+    for i, start in enumerate(range(0, plan.n_groups, chunk)):
+        k = min(chunk, plan.n_groups - start)
+        elements = order[bounds[i] : bounds[i + 1]].to(x.device)
+        rows = (group[order[bounds[i] : bounds[i + 1]]] - start).to(x.device)
+        # a copy per group and sign, then ±h written at that group's elements: one pass over the batch
+        both = flat.repeat(2 * k, 1)
+        both[rows, elements] += step
+        both[rows + k, elements] -= step
+        yield start, _difference(function, inputs, plan.input_index, both.reshape(2 * k, *x.shape), step, plan.batched, base)
+
+
+# ---- reading the Jacobian by backward calls ----------------------------------------------------------
+
+
+def vector_jacobian_products(function, inputs: Sequence[Tensor], upstreams: Tensor, batched: bool) -> list[Tensor]:
+    """uᵀJ for each u in ``upstreams`` (k, *output shape): per input, (k, elements)."""
+    xs = [x.detach().requires_grad_() for x in inputs]
+    with torch.enable_grad():
+        y = function(*xs)
+        upstreams = upstreams.to(dtype=y.dtype, device=y.device)
+        grads = None
+        if batched and upstreams.shape[0] > 1:
+            try:
+                grads = torch.autograd.grad(y, xs, upstreams, retain_graph=True, is_grads_batched=True, allow_unused=True)
+            except Exception:  # noqa: BLE001 - a backward that vmap cannot run: one call per vector
+                grads = None
+        if grads is None:
+            per = [torch.autograd.grad(y, xs, u, retain_graph=True, allow_unused=True) for u in upstreams]
+            grads = [None if all(g[i] is None for g in per) else
+                     torch.stack([g[i] if g[i] is not None else torch.zeros_like(x) for g in per]) for i, x in enumerate(xs)]
+    k = upstreams.shape[0]
+    return [torch.zeros(k, x.numel(), dtype=torch.float64) if g is None else torch.from_numpy(g.detach().reshape(k, -1).double().cpu().numpy(force=True).copy())
+            for g, x in zip(grads, xs)]
+
+
+def compressed_entries(function, inputs, patterns, colors: np.ndarray, skip: np.ndarray, output_shape, budget_bytes: int,
+                       batched: bool = True) -> list[np.ndarray]:
+    """Each input's Jacobian entries on its pattern, from one backward call per row colour."""
+    m, groups = colors.size, int(colors.max()) + 1 if colors.size else 0
+    n = sum(x.numel() for x in inputs)
+    chunk = max(1, budget_bytes // max(8 * 4 * (m + 2 * n), 1))  # the basis, the products, the backward's temporaries
+    values = [np.zeros(r.size) for r, _ in patterns]
+    live = np.ones(m, dtype=bool)
+    live[skip] = False
+    for first in range(0, groups, chunk):
+        k = min(chunk, groups - first)
+        basis = torch.zeros(k, m, dtype=torch.float64)
+        rows = np.nonzero(live & (colors >= first) & (colors < first + k))[0]
+        basis[torch.from_numpy(colors[rows] - first), torch.from_numpy(rows)] = 1.0
+        products = vector_jacobian_products(function, inputs, basis.reshape(k, *output_shape), batched)
+        for (r, c), out, product in zip(patterns, values, products):
+            if k == groups:  # one chunk holds every colour (the common case): no masks
+                out[:] = product.numpy()[colors[r], c]
+                continue
+            hit = (colors[r] >= first) & (colors[r] < first + k)
+            out[hit] = product.numpy()[colors[r[hit]] - first, c[hit]]
+    return values
+
+
+def _row_max(rows: np.ndarray, values: np.ndarray, m: int) -> np.ndarray:
+    """The largest value of each row (0 for an empty one); linear when rows are sorted, as
+    patterns read row by row are."""
+    largest = np.zeros(m)
+    if rows.size and bool(np.all(rows[1:] >= rows[:-1])):
+        starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
+        largest[rows[starts]] = np.maximum.reduceat(values, starts)
+    elif rows.size:
+        np.maximum.at(largest, rows, values)
+    return largest
+
+
+def reproduces(plan: DifferencePlan, rows: np.ndarray, cols: np.ndarray, values: np.ndarray) -> bool:
+    """Whether the Jacobian entries (rows, cols, values) give J·d equal to the plan's plain
+    differences along each of its directions d, row by row, within atol + rtol·(largest term of
+    that row): as strict as the verdict, which compares entries at atol + rtol·|truth|."""
+    atol, rtol = plan.tolerance
+    m = plan.n_outputs
+    largest = _row_max(rows, np.nan_to_num(np.abs(values), nan=0.0, posinf=0.0), m)  # |d| = 1: the largest term
+    for direction, observed in zip(plan.directions, plan.along):
+        with np.errstate(invalid="ignore"):
+            terms = values * direction[cols]
+        predicted = np.bincount(rows, weights=terms, minlength=m).astype(np.float64)  # float even when empty
+        finite = np.isfinite(observed) & np.isfinite(predicted)
+        if np.any(finite != np.isfinite(observed)):
+            return False
+        if np.any(np.abs(observed - predicted)[finite] > atol + rtol * largest[finite]):
+            return False
+    return True
+
+
+# ---- what the plan gives ---------------------------------------------------------------------------
+
+
+def _blocks(function, inputs, plan: DifferencePlan, step: float, budget_bytes: int, base: Tensor | None = None) -> Iterator[tuple[int, np.ndarray]]:
+    x = inputs[plan.input_index]
+    chunk = _chunk_size(plan.n_inputs, plan.n_outputs, x.element_size(), budget_bytes)
+    for first, block in group_differences(function, inputs, plan, step, chunk, base):
+        yield first, block.double().cpu().numpy()  # (k, outputs), or (2, k, outputs) with base
+
+
+def _compressed_values(function, inputs, plan: DifferencePlan, step: float, budget_bytes: int, base: Tensor | None = None) -> np.ndarray:
+    """Entry (r, c) of the pattern is row r of its colour's difference; with ``base``, (2, entries):
+    the differences and the gaps between one-sided slopes, from the same evaluations."""
+    color_of_entry = plan.colors[plan.cols]
+    values = np.zeros((2, plan.rows.size)) if base is not None else np.zeros(plan.rows.size)
+    for first, block in _blocks(function, inputs, plan, step, budget_bytes, base):
+        k = block.shape[-2]
+        entries = np.nonzero((color_of_entry >= first) & (color_of_entry < first + k))[0]
+        values[..., entries] = block[..., color_of_entry[entries] - first, plan.rows[entries]]
+    return values
+
+
+def _dense_jacobian(function, inputs, plan: DifferencePlan, step: float, budget_bytes: int, base: Tensor | None = None) -> np.ndarray:
+    """The whole numerical Jacobian (outputs, inputs); with ``base``, (2, outputs, inputs): and its gaps."""
+    jacobian = np.zeros((2, plan.n_outputs, plan.n_inputs) if base is not None else (plan.n_outputs, plan.n_inputs))
+    for first, block in _blocks(function, inputs, plan, step, budget_bytes, base):
+        k = block.shape[-2]
+        jacobian[..., first : first + k] = np.swapaxes(block, -1, -2)
+    return jacobian
+
+
+def _all_entries(m: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    rows, cols = np.divmod(np.arange(m * n), n)
+    return rows, cols
+
+
+def with_values(function, inputs, plan: DifferencePlan, budget_bytes: int = DEFAULT_BUDGET_BYTES) -> DifferencePlan:
+    """The plan with its numerical Jacobian at its own step computed (once): on the pattern
+    (compressed plans) or whole (flat, row-major). Values computed under vmap that do not
+    reproduce the plan's plain differences are computed again one copy at a time; if those do,
+    they are kept, and the plan says so (else the differences' own noise was the cause)."""
+    if plan.values is not None:
+        return plan
+    rows, cols = (plan.rows, plan.cols) if plan.structured else _all_entries(plan.n_outputs, plan.n_inputs)
+    found = _values_and_gaps(function, inputs, plan, rows, budget_bytes)
+    if plan.batched and plan.directions and not reproduces(plan, rows, cols, found["values"]):
+        plain = replace(plan, batched=False)
+        plain_found = _values_and_gaps(function, inputs, plain, rows, budget_bytes)
+        if reproduces(plan, rows, cols, plain_found["values"]):  # vmap was the culprit, not the differences' own noise
+            return replace(plain, **plain_found, source=plan.source + "; evaluated one copy at a time (vmap disagreed with plain calls)")
+    return replace(plan, **found)
+
+
+def _values_and_gaps(function, inputs, plan: DifferencePlan, rows: np.ndarray, budget_bytes: int) -> dict[str, np.ndarray]:
+    """The numerical Jacobian's values (on the pattern, or whole and flat), the gaps between
+    their one-sided slopes, and the rounding those gaps carry, from one set of evaluations (and
+    f(x) once)."""
+    with torch.no_grad():
+        base = function(*inputs)
+    x = inputs[plan.input_index]
+    eps = torch.finfo(x.dtype).eps if x.is_floating_point() else 0.0
+    both = (_compressed_values(function, inputs, plan, plan.step, budget_bytes, base.reshape(1, *base.shape)) if plan.structured
+            else _dense_jacobian(function, inputs, plan, plan.step, budget_bytes, base.reshape(1, *base.shape)).reshape(2, -1))
+    flat_base = base.detach().double().cpu().reshape(-1).numpy()
+    return {"values": both[0], "gaps": both[1], "gap_rounding": eps * np.abs(flat_base[rows]) / plan.step}
+
+
+def _compute_values(function, inputs, plan: DifferencePlan, step: float, budget_bytes: int) -> np.ndarray:
+    if plan.structured:
+        return _compressed_values(function, inputs, plan, step, budget_bytes)
+    return _dense_jacobian(function, inputs, plan, step, budget_bytes).reshape(-1)
+
+
+def jacobian_values(function, inputs, plan: DifferencePlan, step: float | None = None, budget_bytes: int = DEFAULT_BUDGET_BYTES) -> np.ndarray:
+    """The numerical Jacobian's values (on the pattern, or whole and flat) at ``step`` (None: the plan's)."""
+    if step is None or step == plan.step:
+        return with_values(function, inputs, plan, budget_bytes).values
+    return _compute_values(function, inputs, plan, step, budget_bytes)
+
+
+def numerical_jacobian(function, inputs, plan: DifferencePlan, step: float | None = None, budget_bytes: int = DEFAULT_BUDGET_BYTES) -> np.ndarray:
+    """The full numerical Jacobian, (output elements, input elements), for small inputs."""
+    values = jacobian_values(function, inputs, plan, step, budget_bytes)
+    if not plan.structured:
+        return values.reshape(plan.n_outputs, plan.n_inputs)
+    jacobian = np.zeros((plan.n_outputs, plan.n_inputs))
+    jacobian[plan.rows, plan.cols] = values
+    return jacobian
+
+
+def numerical_entries(function, inputs, plan: DifferencePlan, step: float | None = None, budget_bytes: int = DEFAULT_BUDGET_BYTES) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The numerical Jacobian as (rows, cols, values): on the plan's pattern when it has one;
+    else every entry that is not exactly 0, and every entry of an output that is not finite
+    (their structure is unknown)."""
+    values = jacobian_values(function, inputs, plan, step, budget_bytes)
+    if plan.structured:
+        return plan.rows, plan.cols, values
+    jacobian = values.reshape(plan.n_outputs, plan.n_inputs)
+    keep = (jacobian != 0) | ~np.isfinite(jacobian)
+    keep[plan.skip_rows, :] = True
+    rows, cols = np.nonzero(keep)
+    return rows, cols, jacobian[rows, cols]
+
+
+def entry_noise(plan: DifferencePlan, x: Tensor, rows: np.ndarray, cols: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Each numerical entry's own error estimate from rounding: f's rounding over the step
+    (eps·|f(x)|/h, carried by the evaluations), and the step's own rounding at x (x ± h is exact
+    only to eps·|x|, a relative error eps·|x|/h of the slope). Entries as ``numerical_entries`` gives them."""
+    if plan.gap_rounding is None:
+        return np.zeros(values.shape)
+    eps = torch.finfo(x.dtype).eps if x.is_floating_point() else 0.0
+    rounding = plan.gap_rounding if plan.structured else plan.gap_rounding.reshape(plan.n_outputs, plan.n_inputs)[rows, cols]
+    magnitude = np.abs(x.detach().double().cpu().reshape(-1).numpy())[cols]
+    with np.errstate(invalid="ignore"):
+        return rounding + eps * magnitude * np.abs(values) / plan.step
+
+
+def product_noise(plan: DifferencePlan, x: Tensor, entries: tuple[np.ndarray, np.ndarray, np.ndarray], upstream: np.ndarray) -> np.ndarray:
+    """The own error of a numerical uᵀJ: Σ |u|·(each entry's rounding, ``entry_noise``), flat.
+    ``entries``: (rows, cols, values) as ``numerical_entries`` gives them."""
+    rows, cols, values = entries
+    return gradient_from_entries(rows, cols, entry_noise(plan, x, rows, cols, values), np.abs(upstream), plan.skip_rows, plan.n_inputs)
+
+
+def gradient_from_entries(rows, cols, values, upstream: np.ndarray, skip_rows: np.ndarray, n: int) -> np.ndarray:
+    """Jᵀ·upstream from Jacobian entries, outputs that are not finite left out; an element that
+    feeds one of them is NaN (its gradient is undefined)."""
+    # float64 even when no entry is used (numpy gives integers for an empty bincount)
+    if not skip_rows.size:
+        return np.bincount(cols, weights=values * upstream[rows], minlength=n).astype(np.float64)
+    used = np.isin(rows, skip_rows, invert=True)
+    gradient = np.bincount(cols[used], weights=values[used] * upstream[rows[used]], minlength=n).astype(np.float64)
+    gradient[cols[~used]] = np.nan
+    return gradient
+
+
+def numerical_gradient(
+    function, inputs, plan: DifferencePlan, upstream: Tensor, step: float | None = None, budget_bytes: int = DEFAULT_BUDGET_BYTES
+) -> np.ndarray:
+    """Jᵀ·upstream for input ``plan.input_index``, in float64, shaped like the input.
+
+    Outputs that are not finite at the point are left out: their derivative is undefined, and
+    they would otherwise make every element that shares a block with them NaN. Elements that
+    feed such an output are NaN: where the pattern says so, or every element when no pattern
+    is known (any of them may feed it). Both paths follow one rule, so a verdict does not change
+    with the plan."""
+    v = upstream.detach().double().cpu().reshape(-1).numpy()
+    values = jacobian_values(function, inputs, plan, step, budget_bytes)
+    # without a pattern, every element may feed an undefined output
+    rows, cols = (plan.rows, plan.cols) if plan.structured else _all_entries(plan.n_outputs, plan.n_inputs)
+    gradient = gradient_from_entries(rows, cols, values, v, plan.skip_rows, plan.n_inputs)
+    return gradient.reshape(tuple(inputs[plan.input_index].shape))
+
+
+# ---- a second look at single elements: one-sided differences at two steps -------------------------
+
+MAX_SECOND_LOOK = 256  # elements re-examined one by one when their entries fail against differences
+
+
+@dataclass(frozen=True)
+class ElementLook:
+    """Plain central and one-sided differences along one element, at step h and 2h, over every
+    output, and the rounding they carry: what tells a kink from a smooth point, and the
+    differences' own error from a real disagreement."""
+
+    forward: np.ndarray  # (f(x + h e) − f(x)) / h
+    backward: np.ndarray  # (f(x) − f(x − h e)) / h
+    forward_wide: np.ndarray  # the same at 2h
+    backward_wide: np.ndarray
+    rounding: np.ndarray  # eps·(|f(x)| + |f(x ± h e)|) / h: the rounding in a difference at h
+
+    @property
+    def central(self) -> np.ndarray:
+        return (self.forward + self.backward) / 2
+
+    @property
+    def truncation(self) -> np.ndarray:
+        """Richardson: a central difference's error is ≈ (D(h) − D(2h)) / 3."""
+        return np.abs(self.central - (self.forward_wide + self.backward_wide) / 2) / 3
+
+    @property
+    def kink(self) -> np.ndarray:
+        """Where the one-sided slopes disagree by more than the rounding and do not come
+        together as h halves (at a smooth point their gap is h·f'', halving with h)."""
+        gap, wide_gap = np.abs(self.forward - self.backward), np.abs(self.forward_wide - self.backward_wide)
+        return (gap > 16 * self.rounding) & (wide_gap < 1.5 * gap)
+
+
+def look_at_elements(function, inputs: Sequence[Tensor], index: int, elements: Sequence[int], step: float) -> dict[int, ElementLook]:
+    """Each element's ``ElementLook``, by plain calls (never vmap)."""
+    x = inputs[index]
+    flat = x.detach().reshape(-1)
+    eps = torch.finfo(x.dtype).eps if x.is_floating_point() else 0.0
+
+    def at(shift: Tensor) -> np.ndarray:
+        moved = (flat + shift).reshape(x.shape)
+        with torch.no_grad():
+            out = function(*inputs[:index], moved, *inputs[index + 1 :])
+        return out.detach().double().cpu().reshape(-1).numpy()
+
+    base = at(torch.zeros_like(flat))
+    looks = {}
+    for element in elements:
+        e = torch.zeros_like(flat)
+        e[element] = 1.0
+        plus, minus = at(step * e), at(-step * e)
+        plus2, minus2 = at(2 * step * e), at(-2 * step * e)
+        with np.errstate(invalid="ignore", over="ignore"):
+            looks[element] = ElementLook(
+                forward=(plus - base) / step, backward=(base - minus) / step,
+                forward_wide=(plus2 - base) / (2 * step), backward_wide=(base - minus2) / (2 * step),
+                rounding=eps * (np.abs(base) + np.maximum(np.abs(plus), np.abs(minus))) / step,
+            )
+    return looks
+
+
+def one_sided_gaps(function, inputs, plan: DifferencePlan, budget_bytes: int = DEFAULT_BUDGET_BYTES) -> tuple[np.ndarray, np.ndarray]:
+    """For every entry the plan gives (on its pattern, or all of them, flat): the gap between its
+    one-sided slopes, |f(x + h) + f(x − h) − 2 f(x)| / h, and the rounding that gap carries,
+    eps·|f(x)|/h: at a smooth point the gap is h·f'', at a kink the jump of the slope."""
+    plan = with_values(function, inputs, plan, budget_bytes)
+    return plan.gaps, plan.gap_rounding

@@ -1,0 +1,533 @@
+"""The whole-Jacobian verdict: every entry of a formula's Jacobian against the truth, at the cost
+of a few evaluations, and a sentence that says what was covered.
+
+One vector-Jacobian product (the loss's gradient) cannot see a backward that ignores, reduces or
+mixes ``grad_output``. So the check compares the Jacobian itself:
+
+- **entries on the pattern**, one by one. The truth's pattern (the reference's structure, verified
+  at the point by ``lib.numerical``) tells which outputs share no input element; such outputs go
+  in one backward call (the rows are coloured, as the columns are for finite differences). For
+  cosine, all 64 outputs of a 64×128 pair share one call.
+- **every entry, by random probes**: for two or more seeded random upstream vectors u, the
+  formula's own backward uᵀJ (plain calls, nothing compressed) against uᵀJ of the truth. They
+  catch entries outside the pattern and bugs that only mix outputs.
+
+The truth is finite differences of the formula's forward and, where the family has one, autograd
+through the reference. Entries where no truth is finite are left out, counted and named.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from lib.engine.evaluate import (
+    DEFAULT_BUDGET_BYTES,
+    MAX_SECOND_LOOK,
+    compressed_entries,
+    entry_noise,
+    gradient_from_entries,
+    look_at_elements,
+    numerical_entries,
+    one_sided_gaps,
+    product_noise,
+    vector_jacobian_products,
+    with_values,
+)
+from lib.engine.planning import DifferencePlan, row_colors
+from lib.engine.signature import name_element
+from lib.engine.tolerances import Tolerances
+
+Tensor = torch.Tensor
+PROBES = 2
+TRUTHS = ("reference", "numerical")
+NONE = np.zeros(0, dtype=np.int64)  # no elements
+NOISE_FACTOR = 4  # an entry fails against finite differences only beyond this many times their own error estimate
+
+
+# ---- results -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class InputEntries:
+    """One input's Jacobian entries that were compared one by one, per source."""
+
+    name: str
+    shape: tuple[int, ...]
+    rows: np.ndarray  # output element of each entry (flat index)
+    cols: np.ndarray  # input element of each entry (flat index)
+    values: dict[str, np.ndarray]  # source -> value of each entry
+    noise: np.ndarray | None = None  # the numerical entries' own error estimate (rounding), where they are a truth
+
+    @property
+    def noises(self) -> dict[str, np.ndarray] | None:
+        return {"numerical": self.noise} if self.noise is not None else None
+
+
+@dataclass(frozen=True)
+class Probe:
+    """uᵀJ for one random upstream vector u, per source and input (flat)."""
+
+    upstream: np.ndarray
+    products: dict[str, tuple[np.ndarray, ...]]
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """What a verdict covered, in numbers, and in words (``describe``)."""
+
+    entries: int  # every entry of every input's Jacobian
+    structural: int  # entries of the truth's pattern
+    compared: int  # of those, compared one by one
+    excluded: int  # of those, left out because no truth is finite there
+    excluded_where: tuple[str, ...]  # the first few, named
+    backward_calls: int
+    forward_evaluations: int
+    probes: int
+    probed: int  # elements of uᵀJ compared, over all probes (those whose truth is finite)
+    pattern_source: str  # where the pattern came from
+    truths: tuple[str, ...] = ("numerical",)  # what the formula was compared with
+    partial: str = ""  # why the pattern's entries were not compared one by one, if not
+    kinks: tuple[str, ...] = ()  # elements where the function has a kink: judged against their one-sided slopes
+
+    @property
+    def empty(self) -> bool:
+        """Nothing was compared: no verdict can be given."""
+        return self.compared == 0 and self.probed == 0
+
+    def describe(self) -> str:
+        rest = self.entries - self.structural
+        how = f"by {self.backward_calls:,} backward call{'s' * (self.backward_calls != 1)} and {self.forward_evaluations:,} forward evaluations"
+        ones = (f"the {self.structural:,} structurally nonzero ones" if not self.excluded else
+                f"{self.compared:,} of the {self.structural:,} structurally nonzero ones")
+        if self.partial:
+            text = (f"{self.entries:,} Jacobian entries by {self.probes} random probes only; "
+                    f"the {self.structural:,} structurally nonzero ones were not compared one by one: {self.partial}")
+        elif rest:
+            text = f"all {self.entries:,} Jacobian entries: {ones} one by one, {how}, the other {rest:,} by {self.probes} random probes"
+        else:
+            text = f"all {self.entries:,} Jacobian entries: {ones} one by one, {how}, and all by {self.probes} random probes"
+        against = " and ".join({"reference": "autograd through the reference", "numerical": "finite differences"}[t] for t in self.truths)
+        if "numerical" not in self.truths:
+            against += " (its Jacobian reproduced finite differences along random directions at this point)"
+        text += f", against {against}"
+        if self.kinks:
+            shown = ", ".join(self.kinks[:3]) + ("…" if len(self.kinks) > 3 else "")
+            text += (f"; {len(self.kinks):,} element{'s' * (len(self.kinks) != 1)} not differentiable here (a kink: {shown}), "
+                     "judged against the interval between their one-sided derivatives")
+        if self.excluded:
+            where = ", ".join(self.excluded_where) + ("…" if self.excluded > len(self.excluded_where) else "")
+            text += f"; {self.excluded:,} left out because the truth is not finite there ({where})"
+        return text
+
+
+@dataclass(frozen=True)
+class JacobianVerdict:
+    passed: bool
+    finding: str  # the worst entry or probe out of tolerance, in words; "" when it passed
+    coverage: Coverage
+    entries: tuple[InputEntries, ...]
+    probes: tuple[Probe, ...]
+    zero: tuple[np.ndarray, ...] = ()  # the formula's backward for a zero upstream, per input (flat)
+    output_shape: tuple[int, ...] = ()
+    second_looked: tuple[np.ndarray, ...] = ()  # per input, elements passed on a second look (kinks, the differences' noise)
+    kinks: tuple[np.ndarray, ...] = ()  # per input, flat indices of the elements where the function has a kink
+    scales: tuple[float | None, ...] = ()  # per input, the unit of atol: the largest |true entry| of its Jacobian
+
+    @property
+    def outcome(self) -> str:
+        return "no verdict" if self.coverage.empty else "pass" if self.passed else "fail"
+
+    @property
+    def summary(self) -> str:
+        covered = self.coverage.describe()
+        if self.coverage.empty:
+            return f"no verdict: the truth is not finite anywhere, so nothing could be compared ({covered})"
+        return f"passes: {covered}" if self.passed else f"fails: {self.finding} (checked {covered})"
+
+
+# ---- comparing values against the truth -------------------------------------------------------------
+
+
+def truth_scale(truths: dict[str, np.ndarray]) -> float:
+    """The size of the values compared: the largest finite |value| of the reference (of every
+    truth without one); 1 when all are 0. atol is taken in this unit, so a gradient that is small
+    all over (rows of norm 1e3 give a cosine gradient of 1e-3) is not passed by atol alone."""
+    values = [truths["reference"]] if "reference" in truths else list(truths.values())
+    largest = max((float(np.abs(v[np.isfinite(v)]).max(initial=0.0)) for v in values), default=0.0)
+    return largest if largest > 0 else 1.0
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """The tolerance rule's answer for a set of values, entry by entry."""
+
+    excess: np.ndarray  # how far beyond its tolerance each entry is: > 0 fails; +inf an analytic value that is not finite
+    left_out: np.ndarray  # entries with no finite truth to judge by (or not finite where PyTorch agrees)
+    against: str | None  # the truth the worst failing entry is worst against; None: every entry passes
+
+    @property
+    def failed(self) -> bool:
+        return self.against is not None
+
+
+def compare_entries(analytic: np.ndarray, truths: dict[str, np.ndarray], tolerances: Tolerances,
+                    noise: dict[str, np.ndarray] | None = None, scale: float | None = None) -> Judgement:
+    """The tolerance rule, per entry (see ``Judgement``).
+
+    An entry is left out where no truth is finite, or where the analytic value and the reference
+    are both non-finite (the formula agrees with PyTorch there). Elsewhere it fails against every
+    finite truth it differs from by more than atol·scale + rtol·|truth| (scale: given, or ``truth_scale``;
+    a product uᵀJ is given its Jacobian's, since the product itself may be 0 up to rounding)
+    and, for a truth with an error estimate in ``noise`` (the finite differences' rounding),
+    NOISE_FACTOR times that estimate; and wherever it is not finite itself. ``excess`` > 0 marks
+    a failure; +inf an analytic value that is not finite."""
+    a = analytic
+    finite_a = np.isfinite(a)
+    reference = truths.get("reference")
+    agrees_with_pytorch = ~finite_a & ~np.isfinite(reference) if reference is not None else np.zeros(a.shape, dtype=bool)
+    any_truth = np.zeros(a.shape, dtype=bool)
+    excess = np.full(a.shape, -np.inf)
+    worst_gap, against = -np.inf, None
+    atol = tolerances.atol * (truth_scale(truths) if scale is None else scale)
+    for name, truth in truths.items():
+        finite_truth = np.isfinite(truth)
+        any_truth |= finite_truth
+        with np.errstate(invalid="ignore"):
+            gap = np.abs(a - truth)
+            gap -= atol + tolerances.rtol * np.abs(truth)
+            if noise is not None and name in noise:
+                gap = np.minimum(gap, np.abs(a - truth) - NOISE_FACTOR * noise[name])  # within the differences' own error
+        gap[~finite_a] = np.inf
+        gap[~finite_truth | agrees_with_pytorch] = -np.inf
+        np.maximum(excess, gap, out=excess)
+        largest = gap.max(initial=-np.inf)
+        if largest > 0 and largest > worst_gap:  # the truth that the worst entry is worst against
+            worst_gap, against = largest, name
+    left_out = ~any_truth | agrees_with_pytorch
+    return Judgement(excess, left_out, against)
+
+
+# ---- the verdict ---------------------------------------------------------------------------------
+
+
+def check_jacobian(
+    function: Callable[..., Tensor],
+    reference: Callable[..., Tensor] | None,
+    inputs: Sequence[Tensor],
+    names: Sequence[str],
+    plans: Sequence[DifferencePlan],
+    tolerances: Tolerances,
+    *,
+    probes: int = PROBES,
+    seed: int = 0,
+    budget_bytes: int = DEFAULT_BUDGET_BYTES,
+    work_limit: float = math.inf,
+    output_element: Callable[[int], str] | None = None,
+) -> JacobianVerdict:
+    """The formula's whole Jacobian against the truth (see the module's docstring).
+
+    The truths for the entries: the reference's Jacobian on the pattern, where it reproduced
+    plain differences along random directions at the point (``plans`` carry it), and the
+    numerical Jacobian wherever a plan has it already or nothing else can stand in for it (no
+    reference, or one that did not reproduce the differences)."""
+    with torch.no_grad():
+        output = function(*inputs)
+    shape, m = tuple(output.shape), output.numel()
+    output_element = output_element or (lambda flat: name_element("out", shape, flat))
+    skip = plans[0].skip_rows if plans else np.zeros(0, dtype=np.int64)
+    sizes = [x.numel() for x in inputs]
+    plans = [p if p.reference_values is not None and p.values is None else with_values(function, inputs, p, budget_bytes) for p in plans]
+    numerical = [numerical_entries(function, inputs, p, None, budget_bytes) if p.values is not None else None for p in plans]
+    noises = [None if t is None else entry_noise(p, x, *t) for p, x, t in zip(plans, inputs, numerical)]
+    patterns = [(p.rows, p.cols) if p.structured else (t[0], t[1]) for p, t in zip(plans, numerical)]
+    colors = row_colors(patterns, sizes, m)
+    groups = int(colors.max()) + 1 if colors.size else 0
+    partial = f"{groups:,} backward calls would exceed the work limit" if groups * sum(sizes) > work_limit else ""
+
+    truths: list[dict[str, np.ndarray]] = [{} if t is None else {"numerical": t[2]} for t in numerical]
+    if reference is not None and not partial:
+        kept = [p.reference_values if p.structured else None for p in plans]
+        if any(k is None for k in kept):
+            kept = compressed_entries(reference, inputs, patterns, colors, skip, shape, budget_bytes)
+        for truth, values in zip(truths, kept):
+            truth["reference"] = values
+    entries: list[InputEntries] = []
+    judged: list = []
+    kinks: list[str] = []
+    kink_elements: list[np.ndarray] = [NONE] * len(inputs)
+    forgiven: dict = {"kink": {}, "noise": {}}  # per input, elements judged on a second look: kinks, and the differences' noise
+    if not partial:
+        analytic = compressed_entries(function, inputs, patterns, colors, skip, shape, budget_bytes)
+        entries = _entries(names, inputs, patterns, truths, analytic, skip, noises)
+        judged = [compare_entries(e.values["analytic"], _truths(e.values), tolerances, e.noises) for e in entries]
+        if any(j.failed for j in judged):  # a failure must hold with plain calls, not only under vmap
+            analytic = compressed_entries(function, inputs, patterns, colors, skip, shape, budget_bytes, batched=False)
+            entries = _entries(names, inputs, patterns, truths, analytic, skip, noises)
+            judged = [compare_entries(e.values["analytic"], _truths(e.values), tolerances, e.noises) for e in entries]
+        judged, forgiven = _second_look(function, inputs, entries, judged, tolerances)
+        marked = _marked_kinks(function, inputs, entries, plans, tolerances, budget_bytes)
+        kink_elements = [np.union1d(forgiven["kink"].get(i, NONE), marked.get(i, NONE)) for i in range(len(inputs))]
+        kinks = [name_element(e.name, e.shape, int(c)) for e, elements in zip(entries, kink_elements) for c in elements]
+
+    generator = torch.Generator().manual_seed(seed + 7919)
+    upstreams = torch.randn((probes, *shape), generator=generator, dtype=torch.float64)
+    upstreams.reshape(probes, -1)[:, torch.from_numpy(skip)] = 0.0
+    flat_u = upstreams.reshape(probes, -1).numpy()
+    products: dict[str, list] = {"analytic": vector_jacobian_products(function, inputs, upstreams, batched=False)}
+    if reference is not None:
+        products["reference"] = vector_jacobian_products(reference, inputs, upstreams, batched=False)
+    if any(t is not None for t in numerical):
+        products["numerical"] = [None if t is None else torch.from_numpy(np.stack([gradient_from_entries(*t, u, skip, n) for u in flat_u]))
+                                 for t, n in zip(numerical, sizes)]
+    probe_list = tuple(
+        Probe(flat_u[k], {source: tuple(None if p is None else
+                                        _forgive(p[k].numpy(), forgiven["noise" if source == "numerical" else "kink"].get(i))
+                                        if source != "analytic" else p[k].numpy()
+                                        for i, p in enumerate(per_input)) for source, per_input in products.items()})
+        for k in range(probes)
+    )
+
+    def probe_noise(k: int, i: int) -> dict[str, np.ndarray] | None:
+        return None if numerical[i] is None else {"numerical": product_noise(plans[i], inputs[i], numerical[i], flat_u[k])}
+
+    scales = [truth_scale(_truths(e.values)) for e in entries] if entries else [None] * len(inputs)
+    probes_judged = [[compare_entries(p.products["analytic"][i], _probe_truths(p, i), tolerances, probe_noise(k, i), scales[i])
+                      for i in range(len(inputs))] for k, p in enumerate(probe_list)]
+    zero = [p[0].numpy() for p in vector_jacobian_products(function, inputs, torch.zeros((1, *shape), dtype=torch.float64), batched=False)]
+    finding = (_worst_entry(entries, judged, output_element, tolerances) or _not_zero(zero, names, inputs, patterns, skip)
+               or _off_pattern(entries, probe_list, tolerances, scales) or _worst_probe(probe_list, probes_judged, names, inputs, tolerances, scales))
+    structural = sum(r.size for r, _ in patterns)
+    excluded, where = _excluded(entries, judged, output_element)
+    probed = sum(int((~j.left_out).sum()) for per_probe in probes_judged for j in per_probe)
+    coverage = Coverage(
+        entries=m * sum(sizes),
+        structural=structural,
+        compared=0 if partial else structural - excluded,
+        excluded=excluded,
+        excluded_where=where,
+        backward_calls=0 if partial else groups,
+        forward_evaluations=sum(2 * len(p.directions) + (2 * p.n_groups if p.values is not None else 0) for p in plans),
+        probes=probes,
+        probed=probed,
+        kinks=tuple(kinks),
+        truths=tuple(t for t in TRUTHS if t in products),
+        pattern_source="; ".join(dict.fromkeys(p.source for p in plans)),
+        partial=partial,
+    )
+    return JacobianVerdict(finding is None and not coverage.empty, finding or "", coverage, tuple(entries), probe_list,
+                           tuple(zero), shape, tuple(forgiven["noise"].get(i, NONE) for i in range(len(inputs))), tuple(kink_elements),
+                           tuple(scales))
+
+
+def _entries(names, inputs, patterns, truths: list[dict[str, np.ndarray]], analytic: list[np.ndarray], skip: np.ndarray,
+             noises: Sequence[np.ndarray | None]) -> list[InputEntries]:
+    """Entries per input; those of outputs that are not finite are NaN in every source (left out)."""
+    result = []
+    for name, x, (r, c), truth, a, noise in zip(names, inputs, patterns, truths, analytic, noises):
+        values = {"analytic": a, **truth}
+        if skip.size:
+            undefined = np.isin(r, skip)
+            values = {s: np.where(undefined, np.nan, v) for s, v in values.items()}
+        result.append(InputEntries(name, tuple(x.shape), r, c, values, noise if "numerical" in values else None))
+    return result
+
+
+def _not_zero(gradients: Sequence[np.ndarray], names, inputs, patterns, skip: np.ndarray) -> str | None:
+    """A backward must give exactly 0 for a zero upstream gradient, as gradcheck requires: an
+    added term, or a gradient not multiplied by grad_output, shows here even when it is small.
+    Elements that feed an output that is not finite are left out (0·NaN is NaN)."""
+    for name, x, gradient, (rows, cols) in zip(names, inputs, gradients, patterns):
+        undefined = np.zeros(gradient.size, dtype=bool)
+        undefined[cols[np.isin(rows, skip)]] = True
+        wrong = (gradient != 0) & ~undefined
+        if wrong.any():
+            k = int(np.argmax(np.where(wrong, np.nan_to_num(np.abs(gradient), nan=np.inf), -1.0)))
+            return (f"for a zero upstream gradient the formula's backward returns {gradient[k]:.6g} at {name_element(name, tuple(x.shape), k)} "
+                    "instead of 0: it is not multiplied by grad_output (an added term, or a gradient computed without it)")
+    return None
+
+
+def _off_pattern(entries: Sequence[InputEntries], probes: Sequence[Probe], tolerances: Tolerances, scales: Sequence[float | None]) -> str | None:
+    """What the formula's backward puts outside the pattern, for each random upstream u: uᵀJ by a
+    plain call minus the part that the entries already checked account for. The truth is 0
+    there, so this is held to atol, as gradcheck holds an entry whose truth is 0; rtol² of the
+    pattern's own part allows for rounding (a backward computed in float32, say)."""
+    worst = None
+    for number, probe in enumerate(probes, 1):
+        for i, e in enumerate(entries):
+            terms = probe.upstream[e.rows] * e.values["analytic"]
+            n = probe.products["analytic"][i].size
+            on_pattern = np.bincount(e.cols, weights=terms, minlength=n)
+            scale = np.bincount(e.cols, weights=np.abs(terms), minlength=n)
+            truths = _probe_truths(probe, i)
+            atol = tolerances.atol * (scales[i] if scales[i] is not None else truth_scale(truths or {"analytic": probe.products["analytic"][i]}))
+            with np.errstate(invalid="ignore"):
+                outside = np.abs(probe.products["analytic"][i] - on_pattern)
+                excess = np.where(np.isfinite(on_pattern), outside - (atol + tolerances.rtol**2 * scale), -np.inf)
+                if truths:  # what the truth itself has outside the pattern (entries too small to see where it was found)
+                    name = next(iter(truths))
+                    truth_outside = np.abs(truths[name] - np.bincount(e.cols, weights=probe.upstream[e.rows] * e.values[name], minlength=n))
+                    excess -= np.nan_to_num(truth_outside, nan=0.0, posinf=0.0)
+            if excess.size and excess.max() > 0:
+                k = int(np.argmax(excess))
+                if worst is None or excess[k] > worst[0]:
+                    worst = (excess[k], number, e.name, e.shape, k, outside[k], atol)
+    if worst is None:
+        return None
+    _, number, name, shape, k, outside, atol = worst
+    return (f"for random upstream gradient {number}, the formula's backward gives {name_element(name, shape, k)} {outside:.6g} more "
+            f"than its own Jacobian entries account for: it has entries where the true Jacobian is zero (outside the pattern), "
+            f"mixes grad_output across outputs, or is not linear in grad_output (allowed {atol:.3g})")
+
+
+def _forgive(product: np.ndarray, elements: np.ndarray | None) -> np.ndarray:
+    """A numerical uᵀJ with the forgiven elements left out (NaN): there its central differences
+    are not the truth (a kink) or not precise enough to judge by (their own error)."""
+    if elements is None or not elements.size:
+        return product
+    product = product.copy()
+    product[elements] = np.nan
+    return product
+
+
+def _marked_kinks(function, inputs, entries, plans, tolerances, budget_bytes) -> dict[int, np.ndarray]:
+    """Every element where the function has a kink, whether or not the formula's entry fails
+    there: where the finite differences were taken, the entries whose one-sided slopes part by
+    more than the verdict's tolerance and their own rounding, confirmed element by element (the
+    gap must stay as h doubles). Per input, the flat indices of the kinks."""
+    found = {}
+    for i, (e, plan) in enumerate(zip(entries, plans)):
+        if plan.values is None:
+            continue
+        gaps, rounding = one_sided_gaps(function, inputs, plan, budget_bytes)
+        cols = plan.cols if plan.structured else _all_columns(plan)  # a dense plan's entries: every (row, col)
+        suspect = (gaps > tolerances.atol * truth_scale({"numerical": plan.values}) + tolerances.rtol * np.abs(plan.values)) & (gaps > 16 * rounding)
+        elements = np.unique(cols[suspect])
+        if not elements.size or elements.size > MAX_SECOND_LOOK:
+            continue
+        looks = look_at_elements(function, inputs, i, elements.tolist(), tolerances.step)
+        found[i] = np.array([int(c) for c in elements if looks[int(c)].kink.any()], dtype=np.int64)
+    return found
+
+
+def _all_columns(plan: DifferencePlan) -> np.ndarray:
+    return np.tile(np.arange(plan.n_inputs), plan.n_outputs)
+
+
+def _second_look(function, inputs, entries, judged, tolerances):
+    """Failing entries looked at again, element by element (up to MAX_SECOND_LOOK elements per
+    input): at a kink (one-sided slopes that disagree and stay apart as h halves) the formula's
+    entry passes if it lies between them, whatever the reference chose there (ties in max have
+    many right answers); elsewhere an entry that fails only against the finite differences fails
+    only if it also misses the central difference by several times that difference's own error
+    (Richardson's truncation estimate and the dtype's rounding). Returns the judgements, the
+    per input the elements whose truth the differences are not (kinks) and those they could not
+    judge (their noise)."""
+    forgiven = {"kink": {}, "noise": {}}
+    new_judged = []
+    for i, (e, judgement) in enumerate(zip(entries, judged)):
+        excess, left_out, against = judgement.excess, judgement.left_out, judgement.against
+        if "numerical" not in e.values or against is None:
+            new_judged.append(judgement)
+            continue
+        only_numerical = excess > 0
+        if "reference" in e.values:
+            ref_excess = compare_entries(e.values["analytic"], {"reference": e.values["reference"]}, tolerances).excess
+            only_numerical &= ~(ref_excess > 0)
+        failing = np.flatnonzero(excess > 0)
+        elements = np.unique(e.cols[failing])
+        if elements.size > MAX_SECOND_LOOK:
+            new_judged.append(judgement)
+            continue
+        looks = look_at_elements(function, inputs, i, elements.tolist(), tolerances.step)
+        scale = truth_scale(_truths(e.values))
+        excess = excess.copy()
+        kinked, noisy = set(), set()
+        for k in failing:
+            look, r, a = looks[int(e.cols[k])], int(e.rows[k]), e.values["analytic"][k]
+            allowed = tolerances.atol * scale + tolerances.rtol * abs(look.central[r])
+            if look.kink[r]:
+                low, high = sorted((look.forward[r], look.backward[r]))
+                if low - allowed <= a <= high + allowed:
+                    excess[k] = -np.inf
+                    kinked.add(int(e.cols[k]))
+            elif only_numerical[k] and abs(a - look.central[r]) <= allowed + 4 * (look.truncation[r] + look.rounding[r]):
+                excess[k] = -np.inf
+                noisy.add(int(e.cols[k]))
+        forgiven["kink"][i] = np.array(sorted(kinked), dtype=np.int64)
+        forgiven["noise"][i] = np.array(sorted(noisy | kinked), dtype=np.int64)
+        still = excess.max(initial=-np.inf) > 0
+        new_judged.append(Judgement(excess, left_out, against if still else None))
+    return new_judged, forgiven
+
+
+def _probe_truths(probe: Probe, index: int) -> dict[str, np.ndarray]:
+    return {name: probe.products[name][index] for name in TRUTHS if name in probe.products and probe.products[name][index] is not None}
+
+
+def _truths(values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {name: values[name] for name in TRUTHS if name in values}
+
+
+def _entry_name(e: InputEntries, k: int, output_element: Callable[[int], str]) -> str:
+    return f"∂{output_element(int(e.rows[k]))} / ∂{name_element(e.name, e.shape, int(e.cols[k]))}"
+
+
+def _worst_entry(entries: Sequence[InputEntries], judged, output_element: Callable[[int], str], tolerances: Tolerances) -> str | None:
+    worst = None
+    for e, judgement in zip(entries, judged):
+        if judgement.failed:
+            k = int(np.argmax(judgement.excess))
+            if worst is None or judgement.excess[k] > worst[0]:
+                worst = (judgement.excess[k], e, k, judgement.against)
+    if worst is None:
+        return None
+    _, e, k, against = worst
+    where = _entry_name(e, k, output_element)
+    return (f"the Jacobian entry {where} is {_value(e.values['analytic'][k])} by the formula's backward, "
+            f"{e.values[against][k]:.6g} by the {against} truth (allowed {tolerances_text(tolerances, against, truth_scale(_truths(e.values)))})")
+
+
+def _value(a: float) -> str:
+    return f"{a:.6g}" if np.isfinite(a) else f"not finite ({a})"
+
+
+def _worst_probe(probes: Sequence[Probe], judged, names, inputs, tolerances: Tolerances, scales: Sequence[float | None]) -> str | None:
+    worst = None
+    for number, (probe, per_input) in enumerate(zip(probes, judged), 1):
+        for i, (name, judgement) in enumerate(zip(names, per_input)):
+            analytic, excess, against = probe.products["analytic"][i], judgement.excess, judgement.against
+            if against is not None:
+                k = int(np.argmax(excess))
+                if worst is None or excess[k] > worst[0]:
+                    worst = (excess[k], number, name, tuple(inputs[i].shape), k, analytic[k], probe.products[against][i][k], against,
+                             scales[i] if scales[i] is not None else truth_scale(_probe_truths(probe, i)))
+    if worst is None:
+        return None
+    _, number, name, shape, k, a, b, against, scale = worst
+    return (f"for random upstream gradient {number}, uᵀJ at {name_element(name, shape, k)} is {_value(a)} by the formula's "
+            f"backward, {b:.6g} by the {against} truth: the backward uses grad_output wrongly, or misses entries "
+            f"(allowed {tolerances_text(tolerances, against, scale)})")
+
+
+def tolerances_text(tolerances: Tolerances, against: str, scale: float = 1.0) -> str:
+    """The tolerance in words; atol is in units of the truth's largest |value| (``truth_scale``)."""
+    atol = f"{tolerances.atol:g}" if scale == 1.0 else f"{tolerances.atol:g}×{scale:.3g} (its largest |value|)"
+    own_error = f", and {NOISE_FACTOR}× the differences' own error" if against == "numerical" else ""
+    return f"{atol} + {tolerances.rtol:g}·|{against}|{own_error}"
+
+
+def _excluded(entries: Sequence[InputEntries], judged, output_element: Callable[[int], str]) -> tuple[int, tuple[str, ...]]:
+    count, where = 0, []
+    for e, judgement in zip(entries, judged):
+        left_out = judgement.left_out
+        count += int(left_out.sum())
+        for k in np.nonzero(left_out)[0][: max(0, 3 - len(where))]:
+            where.append(_entry_name(e, k, output_element))
+    return count, tuple(where)
+

@@ -1,0 +1,404 @@
+"""The pipeline: plan → evaluate → judge → diagnose → report, for one formula on given inputs.
+
+Per input it computes the analytic gradient (the formula's own backward), the reference gradient
+(autograd through the reference) and the numerical gradient (central differences of the formula's
+forward), all for the same upstream gradient; then the whole-Jacobian verdict (``judge``), the
+second order, the diagnosis, and the maps the pages draw. Results are plain numpy data.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Hashable, Sequence
+
+import numpy as np
+import torch
+
+from lib.engine.diagnosis import diagnose, diagnose_failure
+from lib.engine.evaluate import DEFAULT_BUDGET_BYTES, numerical_entries, numerical_gradient, numerical_jacobian, product_noise, with_values
+from lib.engine.judge import JacobianVerdict, check_jacobian, compare_entries, tolerances_text, truth_scale
+from lib.engine.planning import DifferencePlan, plan_differences
+from lib.engine.report import PAIRS, Failure, GradientReport, InputComparison, Verdict, error_map, non_finite
+from lib.engine.signature import Signature, name_element, read_signature
+from lib.engine.second_order import check_second_order
+from lib.engine.tolerances import Tolerances, default_tolerances
+from lib.errors import LabError
+
+Tensor = torch.Tensor
+DEFAULT_JACOBIAN_LIMIT = 64 * 64  # entries of one input's Jacobian worth drawing as a heatmap
+
+
+# ---- the engine ------------------------------------------------------------------------------------
+
+
+def _numpy(t: Tensor | None, like: Tensor) -> np.ndarray:
+    if t is None:  # autograd's None: this input does not affect the output
+        return np.zeros(tuple(like.shape))
+    return t.detach().to(device="cpu", dtype=torch.float64).numpy(force=True)
+
+
+def _gradients(function: Callable[..., Tensor], inputs: Sequence[Tensor], upstream: Tensor) -> list[np.ndarray]:
+    xs = [x.detach().requires_grad_() for x in inputs]
+    with torch.enable_grad():
+        y = function(*xs)
+        grads = torch.autograd.grad(y, xs, upstream.to(dtype=y.dtype), allow_unused=True)
+    return [_numpy(g, x) for g, x in zip(grads, xs)]
+
+
+def _jacobian(function: Callable[..., Tensor], inputs: Sequence[Tensor], index: int) -> np.ndarray:
+    """Row by row through the function's backward (small inputs only)."""
+    xs = [x.detach().requires_grad_(i == index) for i, x in enumerate(inputs)]
+    with torch.enable_grad():
+        y = function(*xs)
+        rows = []
+        for k in range(y.numel()):
+            e = torch.zeros(y.numel(), dtype=y.dtype, device=y.device)
+            e[k] = 1
+            (row,) = torch.autograd.grad(y, xs[index], e.reshape(y.shape), retain_graph=True, allow_unused=True)
+            rows.append(_numpy(row, xs[index]).reshape(-1))
+    return np.stack(rows) if rows else np.zeros((0, xs[index].numel()))
+
+
+def upstream_gradient(loss: Callable[[Tensor], Tensor], output: Tensor) -> Tensor:
+    """d loss / d output at ``output``, by autograd through the loss alone."""
+    y = output.detach().requires_grad_()
+    with torch.enable_grad():
+        (v,) = torch.autograd.grad(loss(y), y)
+    return v
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    finite = np.isfinite(a) & np.isfinite(b)
+    na, nb = np.linalg.norm(a[finite]), np.linalg.norm(b[finite])
+    return float(a[finite] @ b[finite] / (na * nb)) if na > 0 and nb > 0 else math.nan
+
+
+def _drawn_gradient_finding(comparisons: Sequence[InputComparison], tolerances: Tolerances, has_reference: bool,
+                            second_looked: Sequence[np.ndarray] = (), noises: Sequence[np.ndarray | None] = (),
+                            scales: Sequence[float | None] = ()) -> str | None:
+    """The drawn gradients (one vector-Jacobian product, for the chosen upstream) against the
+    truth: a backward may treat this one upstream specially, so it is checked as it is drawn.
+    Elements the Jacobian check passed on a second look (kinks, the differences' own noise) are
+    not judged again here by central differences."""
+    for i, c in enumerate(comparisons):
+        numerical = c.gradients["numerical"]
+        reference = c.gradients["reference"]
+        if i < len(second_looked) and second_looked[i].size:  # central differences are not the truth there
+            numerical, reference = numerical.copy().reshape(-1), reference.copy().reshape(-1)
+            numerical[second_looked[i]] = np.nan
+            reference[second_looked[i]] = np.nan  # at a kink the reference's own choice is one right answer of several
+            numerical, reference = numerical.reshape(c.gradients["numerical"].shape), reference.reshape(c.gradients["reference"].shape)
+        truths = {"numerical": numerical, **({"reference": reference} if has_reference else {})}
+        noise = {"numerical": noises[i]} if i < len(noises) and noises[i] is not None else None
+        scale = scales[i] if i < len(scales) and scales[i] is not None else truth_scale(truths)  # the Jacobian's, not the product's
+        judgement = compare_entries(c.gradients["analytic"], truths, tolerances, noise, scale)
+        excess, against = judgement.excess, judgement.against
+        if excess.size and excess.max() > 0:
+            flat = int(np.argmax(excess))
+            index, at = np.unravel_index(flat, excess.shape), name_element(c.name, excess.shape, flat)
+            return (f"the drawn gradient at {at} is {c.gradients['analytic'][index]:.6g} by the formula's backward, "
+                    f"{c.gradients[against][index]:.6g} by the {against} truth ({tolerances_text(tolerances, against, scale)})")
+    return None
+
+
+def _gradient_noise(run, inputs, plan: DifferencePlan, upstream: Tensor, budget_bytes: int) -> np.ndarray | None:
+    """The numerical gradient's own error estimate for ``upstream``: Σ |u|·(each entry's rounding)."""
+    if plan.values is None:
+        return None
+    x = inputs[plan.input_index]
+    entries = numerical_entries(run, inputs, plan, None, budget_bytes)
+    return product_noise(plan, x, entries, upstream.detach().double().cpu().reshape(-1).numpy()).reshape(tuple(x.shape))
+
+
+def _verdict(jacobian: JacobianVerdict | None, drawn_finding: str | None, failure: Failure | None, diagnosis=None) -> Verdict:
+    """Never "passes" without saying what it covered; a failure leads with its diagnosis."""
+    why = diagnosis.words if diagnosis is not None and diagnosis.findings else ""
+    if failure is not None:
+        return Verdict("fail", why=why, failure=failure)
+    coverage = jacobian.coverage.describe()
+    if jacobian.outcome != "pass":
+        return Verdict(jacobian.outcome, coverage, jacobian.finding, why if jacobian.outcome == "fail" else "")
+    if drawn_finding:
+        return Verdict("fail", coverage, drawn_finding)
+    return Verdict("pass", coverage)
+
+
+def _require_work(plans: Sequence[DifferencePlan], inputs: Sequence[Tensor], repeats: int, work_limit: float) -> None:
+    """Refuse finite differences whose evaluations, each over every input, exceed the limit."""
+    evaluations = repeats * sum(p.evaluations for p in plans)
+    work = evaluations * sum(x.numel() for x in inputs)
+    if work > work_limit:
+        why = "; ".join(dict.fromkeys(p.source for p in plans))
+        raise LabError(
+            f"Finite differences would take {evaluations:,} evaluations of {sum(x.numel() for x in inputs):,} elements "
+            f"({work:.1e} element evaluations), more than the limit of {work_limit:.1e} ({why}). Choose a smaller shape."
+        )
+
+
+UPSTREAMS = ("loss", "ones", "random")  # the drawn gradient's upstream: the loss's, all ones, seeded random
+
+
+def choose_upstream(kind: str, loss: Callable[[Tensor], Tensor], output: Tensor, seed: int = 0) -> Tensor:
+    """The upstream gradient the maps draw: the loss's (what users look at), ones, or random."""
+    if kind == "loss":
+        return upstream_gradient(loss, output)
+    if kind == "ones":
+        return torch.ones_like(output)
+    if kind == "random":
+        generator = torch.Generator().manual_seed(seed + 31337)
+        return torch.randn(tuple(output.shape), generator=generator, dtype=torch.float64).to(output)
+    raise LabError(f"Unknown upstream gradient {kind!r}; choose one of: {', '.join(UPSTREAMS)}.")
+
+
+# ---- the engine, step by step -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One formula and its truth in the engine's canonical form (``signature``): functions of the
+    differentiable inputs alone that return one tensor. What every stage takes."""
+
+    formula: str
+    function: Callable[..., Tensor] | None  # None: the formula's forward raised before anything could run
+    reference: Callable[..., Tensor] | None
+    inputs: tuple[Tensor, ...]  # the differentiable inputs
+    signature: Signature | None
+    loss: Callable[[Tensor], Tensor]  # packed output -> scalar
+    structure_key: Hashable = None  # names the reference and its settings, for a pattern kept across points
+    failure: Failure | None = None  # the formula's (or reference's) forward, where it raised while the signature was read
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self.signature.names if self.signature is not None else ()
+
+    @property
+    def output_element(self) -> Callable[[int], str]:
+        return self.signature.output_element if self.signature is not None else (lambda flat: f"out[{flat}]")
+
+
+def problem(formula: str, function: Callable[..., Any], reference: Callable[..., Any] | None, inputs: Sequence[Tensor],
+            names: Sequence[str], loss: Callable[..., Tensor], *, outputs: Sequence[str] = (), constants: Sequence[str] = (),
+            structure_key: Hashable = None) -> Problem:
+    """The canonical form of ``function`` (and ``reference``) on ``inputs``: integer, boolean and
+    declared-constant inputs held as they are, the differentiable outputs packed, ``loss`` taking
+    the differentiable outputs. A forward that raises is kept as the problem's failure."""
+    inputs = tuple(x.detach() if isinstance(x, Tensor) else x for x in inputs)
+    try:
+        signature = read_signature((function, reference), inputs, names, outputs, constants)
+    except Exception as error:  # noqa: BLE001 - the code under test may be broken
+        failure = Failure.of("forward", error)
+        if reference is not None:
+            try:
+                signature = read_signature((reference,), inputs, names, outputs, constants)
+            except Exception as reference_error:  # noqa: BLE001
+                failure = Failure.of("reference", reference_error)
+                signature = None
+        else:
+            signature = None
+        if signature is None:
+            return Problem(formula, None, None, (), None, lambda y: y.sum(), structure_key, failure)
+    canonical = lambda f: signature.canonical(f, inputs) if f is not None else None  # noqa: E731
+    return Problem(formula, canonical(function), canonical(reference), signature.split(inputs), signature,
+                   lambda y: loss(*signature.unpack(y)), structure_key)
+
+
+def _outputs(problem: Problem) -> tuple[Tensor | None, Tensor | None, Failure | None]:
+    """(reference output, formula output, the failure of either's forward)."""
+    reference_output = None
+    if problem.reference is not None:
+        try:
+            with torch.no_grad():
+                reference_output = problem.reference(*problem.inputs)
+        except Exception as error:  # noqa: BLE001 - a user's reference may be broken too
+            return None, None, Failure.of("reference", error)
+    try:
+        with torch.no_grad():
+            return reference_output, problem.function(*problem.inputs), None
+    except Exception as error:  # noqa: BLE001 - the formula under test may be broken
+        return reference_output, None, Failure.of("forward", error)
+
+
+def _analytic(run, inputs, upstream) -> tuple[list[np.ndarray] | None, Failure | None]:
+    try:
+        return _gradients(run, inputs, upstream), None
+    except Exception as error:  # noqa: BLE001
+        return None, Failure.of("backward", error)
+
+
+def _forward_error(formula_output: Tensor | None, reference_output: Tensor | None) -> float:
+    if formula_output is None or reference_output is None:
+        return math.nan
+    if not reference_output.numel():
+        return 0.0
+    difference = (formula_output.double() - reference_output.double()).abs()
+    return float(difference.nan_to_num(nan=math.inf, posinf=math.inf).max())
+
+
+def _comparison(name, x, index, grads, plan, run, reference, inputs, n_outputs, tolerances, jacobian_limit, budget_bytes, failure) -> InputComparison:
+    jacobians = None
+    if failure is None and x.numel() * n_outputs <= jacobian_limit:
+        jacobians = {
+            "analytic": _jacobian(run, inputs, index),
+            "reference": _jacobian(reference, inputs, index) if reference else numerical_jacobian(run, inputs, plan, tolerances.step),
+            "numerical": numerical_jacobian(run, inputs, plan, tolerances.step, budget_bytes),
+        }
+    return InputComparison(
+        name=name,
+        gradients=grads,
+        errors={pair: error_map(pair, grads[pair[0]], grads[pair[1]]) for pair in PAIRS},
+        non_finite={"input": non_finite(_numpy(x, x)), **{s: non_finite(g) for s, g in grads.items()}},
+        plan=plan,
+        jacobians=jacobians,
+    )
+
+
+def plan(problem: Problem, tolerances: Tolerances, *, budget_bytes: int = DEFAULT_BUDGET_BYTES,
+         work_limit: float = math.inf) -> list[DifferencePlan]:
+    """The plan stage: how each differentiable input is perturbed (its pattern, colours and cost),
+    for the guards to read before anything is evaluated and for ``check`` to run as it is."""
+    return plan_differences(problem.function, problem.reference, problem.inputs, tolerances.step, budget_bytes=budget_bytes,
+                            structure_key=problem.structure_key, work_limit=work_limit, atol=tolerances.atol, rtol=tolerances.rtol)
+
+
+def _failed(problem: Problem, tolerances: Tolerances, failure: Failure, dtype: str, device: str) -> GradientReport:
+    """A report of a problem whose forward raised before any stage could run: no verdict on the
+    gradients, the failure named as the code under test's."""
+    diagnosis = None
+    return GradientReport(family="", formula=problem.formula, dtype=dtype, device=device, tolerances=tolerances, loss=math.nan,
+                          forward_max_error=math.nan, inputs=(), cosine=math.nan, verdict=Verdict("fail", failure=failure),
+                          evaluations=0, failure=failure, diagnosis=diagnosis, signature=problem.signature)
+
+
+def check(
+    problem: Problem,
+    *,
+    family: str = "",
+    plans: Sequence[DifferencePlan] | None = None,
+    grad_output: Tensor | None = None,
+    upstream: str = "loss",
+    seed: int = 0,
+    step: float | None = None,
+    atol: float | None = None,
+    rtol: float | None = None,
+    jacobian_limit: int = DEFAULT_JACOBIAN_LIMIT,
+    budget_bytes: int = DEFAULT_BUDGET_BYTES,
+    work_limit: float = math.inf,
+    second_order: bool = True,
+) -> GradientReport:
+    """Analytic vs reference vs numerical, stage by stage: plan (unless ``plans`` are given, as the
+    guard made them), evaluate, judge the whole Jacobian (``judge``) and the drawn gradient for
+    one upstream, the second order, diagnose, report.
+
+    The drawn upstream is ``grad_output`` if given, else ``upstream`` (see ``choose_upstream``).
+    The code under test raising in forward or backward is reported, not raised. Finite
+    differences that would take more than ``work_limit`` element evaluations are refused
+    (LabError) after planning, before they run.
+    """
+    inputs = problem.inputs
+    dtype = next((x.dtype for x in inputs), torch.float64)
+    device = str(inputs[0].device) if inputs else "cpu"
+    tolerances = default_tolerances(dtype, step=step, atol=atol, rtol=rtol)
+    dtype_name = str(dtype).removeprefix("torch.")
+    if problem.failure is not None:
+        return replace(_failed(problem, tolerances, problem.failure, dtype_name, device), family=family)
+    run, reference, names = problem.function, problem.reference, problem.names
+
+    # 1. outputs and the upstream gradient the maps draw
+    reference_output, formula_output, failure = _outputs(problem)
+    output = reference_output if reference_output is not None else formula_output
+    if output is None:
+        return replace(_failed(problem, tolerances, failure, dtype_name, device), family=family)
+    drawn_upstream = grad_output if grad_output is not None else choose_upstream(upstream, problem.loss, output, seed)
+    loss = float(problem.loss(output))
+
+    # 2. the formula's own backward, then the plan and the truth (finite differences, reference)
+    blank = [np.full(tuple(x.shape), np.nan) for x in inputs]
+    analytic, numerical = blank, blank
+    kept = plans
+    plans = [DifferencePlan(i, x.numel(), output.numel(), None, None, None, "not run") for i, x in enumerate(inputs)]
+    jacobian, second = None, None
+    if failure is None:
+        analytic, failure = _analytic(run, inputs, drawn_upstream)
+        analytic = analytic if analytic is not None else blank
+    if failure is None:
+        plans = list(kept) if kept is not None else plan(problem, tolerances, budget_bytes=budget_bytes, work_limit=work_limit)
+        _require_work(plans, inputs, 1, work_limit)
+        plans = [with_values(run, inputs, p, budget_bytes) for p in plans]  # the maps draw the numerical gradient too
+        numerical = [numerical_gradient(run, inputs, p, drawn_upstream, None, budget_bytes) for p in plans]
+        # 3. the whole Jacobian and the second order
+        jacobian = check_jacobian(run, reference, inputs, names, plans, tolerances, seed=seed, budget_bytes=budget_bytes,
+                                  work_limit=work_limit, output_element=problem.output_element)
+        if second_order:
+            second = check_second_order(run, reference, inputs, problem.loss, tolerances, first_order_passed=jacobian.passed, seed=seed,
+                                        names=names)
+    referenced = _gradients(reference, inputs, drawn_upstream) if reference else numerical
+
+    # 4. maps, input by input
+    comparisons = [
+        _comparison(name, x, i, {"analytic": analytic[i], "reference": referenced[i], "numerical": numerical[i]}, plans[i],
+                    run, reference, inputs, output.numel(), tolerances, jacobian_limit, budget_bytes, failure)
+        for i, (name, x) in enumerate(zip(names, inputs))
+    ]
+    if jacobian is not None and jacobian.kinks:
+        comparisons = [replace(c, kinks=k) for c, k in zip(comparisons, jacobian.kinks)]
+    notes = tuple(c.non_finite["input"].describe(c.name) for c in comparisons if c.non_finite["input"].count)
+    drawn = None if failure else _drawn_gradient_finding(comparisons, tolerances, reference is not None,
+                                                         jacobian.second_looked if jacobian is not None else (),
+                                                         [_gradient_noise(run, inputs, p, drawn_upstream, budget_bytes) for p in plans],
+                                                         jacobian.scales if jacobian is not None else ())
+    # 5. why
+    diagnosis = diagnose_failure(failure, inputs) if failure is not None else None
+    if jacobian is not None:
+        second_wrong = second is not None and second.outcome in ("fail", "not differentiable")
+        diagnosis = diagnose(jacobian, [_numpy(x, x) for x in inputs], tolerances, second_order_wrong=second_wrong)
+    return GradientReport(
+        family=family,
+        formula=problem.formula,
+        dtype=dtype_name,
+        device=device,
+        tolerances=tolerances,
+        loss=loss,
+        forward_max_error=_forward_error(formula_output, reference_output),
+        inputs=tuple(comparisons),
+        cosine=_cosine(np.concatenate([a.ravel() for a in analytic]), np.concatenate([r.ravel() for r in referenced])),
+        verdict=_verdict(jacobian, drawn, failure, diagnosis),
+        evaluations=sum(p.evaluations for p in plans) if failure is None else 0,
+        failure=failure,
+        notes=notes,
+        upstream="given" if grad_output is not None else upstream,
+        jacobian=jacobian,
+        second_order=second,
+        diagnosis=diagnosis,
+        signature=problem.signature,
+    )
+
+
+def compare_gradients(family, formula: str, inputs: Sequence[Tensor], *, params: dict | None = None, **options) -> GradientReport:
+    """``check`` of one formula of a family (anything with ``problem``, as ``lib.app.family.Family``)."""
+    return check(family.problem(formula, inputs, params), family=family.name, **options)
+
+
+def wrong_inputs(problems: Sequence[Problem], tolerances: Tolerances | None = None) -> dict[str, tuple[str, ...]]:
+    """For each problem's formula, the inputs whose gradient of the loss differs from the
+    reference's at this point (gradcheck's test, element by element); a formula that raises has
+    every input. One backward per formula: cheap, for pages that move one input and must say
+    when a bug lies in another one's gradient. Empty without a reference."""
+    known = [p for p in problems if p.reference is not None]
+    if not known:
+        return {}
+    first = known[0]
+    tolerances = tolerances or default_tolerances(first.inputs[0].dtype)
+    with torch.no_grad():
+        upstream = upstream_gradient(first.loss, first.reference(*first.inputs))
+    truth = _gradients(first.reference, first.inputs, upstream)
+    wrong = {}
+    for p in problems:
+        try:
+            analytic = _gradients(p.function, p.inputs, upstream)
+        except Exception:  # noqa: BLE001 - the formula under test may be broken
+            wrong[p.formula] = first.names
+            continue
+        wrong[p.formula] = tuple(name for name, a, t in zip(first.names, analytic, truth)
+                                 if compare_entries(a, {"reference": t}, tolerances).against is not None)
+    return wrong

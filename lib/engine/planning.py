@@ -1,0 +1,316 @@
+"""Plan: how each input is perturbed, decided before anything is evaluated.
+
+The Jacobian's pattern is read without knowing the Function (from the Jacobian of its reference, at
+a jittered point); the columns are coloured so that elements which never meet in an output share a
+colour (Curtis–Powell–Reid), and a whole colour is perturbed at once; the rows are coloured the same
+way, so that one backward call reads many outputs' Jacobian rows. A plan carries its own cost
+(``DifferencePlan.evaluations``) for the guards to read before the engine runs it.
+
+Nothing is trusted without a check at the point itself: a pattern (kept or found) must reproduce
+central differences of the Function along random directions, taken with plain calls, within the
+verdict's own tolerances.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
+from typing import Callable, Hashable, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from lib.engine.evaluate import DEFAULT_BUDGET_BYTES, _chunk_size, along_direction, compressed_entries, reproduces, with_values
+
+Tensor = torch.Tensor
+
+
+GREEDY_WORK_LIMIT = 2e7  # pairs of columns the greedy colouring may look at (a few seconds of Python)
+
+
+CHECK_DIRECTIONS = 2  # random directions a compressed plan must reproduce at the point
+
+
+INDEX = np.int32  # pattern indices: elements are limited far below 2**31, and patterns can be large
+
+
+@dataclass(frozen=True)
+class DifferencePlan:
+    """How one input is perturbed: by colour groups (``colors`` per element) or one by one, and
+    the plain differences along random directions that whatever it gives must reproduce."""
+
+    input_index: int
+    n_inputs: int  # elements of this input (columns of its Jacobian)
+    n_outputs: int  # elements of the output (rows)
+    colors: np.ndarray | None  # colour of each element; None: one perturbation per element
+    rows: np.ndarray | None  # the Jacobian's sparsity pattern (row, col), when colouring
+    cols: np.ndarray | None
+    source: str  # in words: where the structure came from, or why there is none
+    skip_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # outputs not finite at the point: left out of Jᵀv
+    step: float = 0.0
+    values: np.ndarray | None = None  # the numerical Jacobian on the pattern at ``step``, once computed
+    gaps: np.ndarray | None = None  # with it: each entry's gap between its one-sided slopes (a kink's mark)
+    gap_rounding: np.ndarray | None = None  # and the rounding each gap carries, eps·|f(x)|/h
+    reference_values: np.ndarray | None = None  # the reference's Jacobian on the pattern, when it passed the check
+    batched: bool = True  # evaluate perturbed copies under vmap; False once vmap was caught disagreeing
+    directions: tuple[np.ndarray, ...] = ()  # random ±1 directions (flat) ...
+    along: tuple[np.ndarray, ...] = ()  # ... and the plain central differences along them (outputs)
+    tolerance: tuple[float, float] = (1e-5, 1e-3)  # (atol, rtol) of those checks: the verdict's
+
+    @property
+    def structured(self) -> bool:
+        return self.colors is not None
+
+    @property
+    def n_groups(self) -> int:
+        return int(self.colors.max()) + 1 if self.colors is not None and self.colors.size else self.n_inputs
+
+    @property
+    def evaluations(self) -> int:
+        """Forward evaluations of the function for the numerical Jacobian: two per group
+        (central differences), and two per random direction of the check."""
+        return 2 * self.n_groups + 2 * len(self.directions)
+
+
+def jacobian_rows(function: Callable[..., Tensor], inputs: Sequence[Tensor], budget_bytes: int) -> Iterator[tuple[int, list[Tensor]]]:
+    """Rows of d output / d input, for every input at once, by autograd in chunks:
+    (first row, [(k, elements of input i) for each input])."""
+    xs = [x.detach().requires_grad_() for x in inputs]
+    with torch.enable_grad():
+        y = function(*xs)
+    m, n = y.numel(), sum(x.numel() for x in xs)
+    chunk = _chunk_size(n, m, 8, budget_bytes)
+    for start in range(0, m, chunk):
+        k = min(chunk, m - start)
+        basis = torch.zeros(k, m, dtype=y.dtype, device=y.device)
+        basis[torch.arange(k), torch.arange(start, start + k)] = 1.0
+        basis = basis.reshape(k, *y.shape)
+        try:
+            rows = torch.autograd.grad(y, xs, basis, retain_graph=True, is_grads_batched=True, allow_unused=True)
+        except Exception:  # noqa: BLE001 - a backward without a vmap rule: one row at a time
+            per_row = [torch.autograd.grad(y, xs, e, retain_graph=True, allow_unused=True) for e in basis]
+            rows = [None if r[0] is None else torch.stack(r) for r in zip(*per_row)]
+        # None: the output does not depend on that input at all
+        yield start, [
+            torch.zeros(k, x.numel(), dtype=y.dtype, device=y.device) if r is None else r.reshape(k, x.numel())
+            for r, x in zip(rows, xs)
+        ]
+
+
+def jittered_point(inputs: Sequence[Tensor], jitter: float = 1e-3) -> list[Tensor]:
+    """Where a Jacobian's pattern is read: the inputs with NaN and Inf replaced and a seeded jitter
+    added, the same every time for the same inputs."""
+    generator = torch.Generator().manual_seed(0)
+    finite = [x.detach().nan_to_num(0.0, posinf=1.0, neginf=-1.0) for x in inputs]
+    return [x + jitter * (x.abs().mean() + 1) * torch.randn(x.shape, generator=generator, dtype=torch.float64).to(x) for x in finite]
+
+
+def jacobian_patterns(reference: Callable[..., Tensor], inputs: Sequence[Tensor], budget_bytes: int, jitter: float = 1e-3) -> list[tuple[np.ndarray, np.ndarray]]:
+    """For each input, (row, col) of every entry of the reference's Jacobian that is not 0.
+
+    Read at a jittered point with NaN and Inf replaced, so that neither a zero holding only at this
+    point (a zero row, say) nor a NaN spreading through 0·NaN is taken for structure."""
+    found: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in inputs]
+    for start, per_input in jacobian_rows(reference, jittered_point(inputs, jitter), budget_bytes):
+        for entries, rows in zip(found, per_input):
+            r, c = torch.nonzero(rows != 0, as_tuple=True)
+            entries.append(((r + start).cpu().numpy().astype(INDEX), c.cpu().numpy().astype(INDEX)))
+    return [(np.concatenate([r for r, _ in e]), np.concatenate([c for _, c in e])) for e in found]
+
+
+def row_colors(patterns: Sequence[tuple[np.ndarray, np.ndarray]], sizes: Sequence[int], n_outputs: int) -> np.ndarray:
+    """A colour per output such that outputs of one colour share no input element, in any input."""
+    offsets = np.cumsum([0, *sizes[:-1]])
+    rows = np.concatenate([r for r, _ in patterns]) if patterns else np.zeros(0, dtype=np.int64)
+    cols = np.concatenate([c + o for (_, c), o in zip(patterns, offsets)]) if patterns else np.zeros(0, dtype=np.int64)
+    return color_columns(cols, rows, n_outputs)  # the transposed pattern: rows become columns
+
+
+def _rank_within(keys: np.ndarray, n: int) -> np.ndarray:
+    """For each of ``n`` items, its position among the items of equal key (in index order)."""
+    order = np.lexsort((np.arange(n), keys))
+    sorted_keys = keys[order]
+    ranks = np.empty(n, dtype=np.int64)
+    ranks[order] = np.arange(n) - np.searchsorted(sorted_keys, sorted_keys, side="left")
+    return ranks
+
+
+def is_valid_coloring(rows: np.ndarray, cols: np.ndarray, colors: np.ndarray) -> bool:
+    """No two columns that share a row share a colour: every (row, colour) pair is unique."""
+    if rows.size == 0:
+        return True
+    pairs = rows.astype(np.int64) * (int(colors.max()) + 1) + colors[cols]
+    span = int(pairs.max()) + 1
+    if span <= 8 * rows.size + 2**16:  # a count per pair: linear, no sort
+        return int(np.bincount(pairs, minlength=span).max()) <= 1
+    return np.unique(pairs).size == rows.size
+
+
+def color_columns(rows: np.ndarray, cols: np.ndarray, n_cols: int) -> np.ndarray:
+    """A colour per column such that no two columns sharing a row share a colour.
+
+    Vectorised first: a column takes its position among the columns whose first row is its own.
+    That is optimal for row-wise reductions (a column in one row) and for blocks of rows that
+    share their columns (softmax, layernorm: one colour per position within the block), and is
+    kept whenever it is valid. Otherwise greedy first-fit over the column intersection graph,
+    unless that would look at too many pairs: then one colour per column.
+    """
+    if rows.size == 0:
+        return np.zeros(n_cols, dtype=np.int64)
+    first_row = np.full(n_cols, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first_row, cols, rows.astype(np.int64))
+    untouched = first_row == np.iinfo(np.int64).max
+    first_row[untouched] = -1  # columns no output depends on: colour 0 and up, among themselves
+    colors = _rank_within(first_row, n_cols)
+    colors[untouched] = 0
+    if is_valid_coloring(rows, cols, colors):
+        return colors
+    row_lengths = np.bincount(rows)
+    if float((row_lengths.astype(np.float64) ** 2).sum()) > GREEDY_WORK_LIMIT:
+        return np.arange(n_cols, dtype=np.int64)
+    cols_of_row: dict[int, list[int]] = {}
+    rows_of_col: dict[int, list[int]] = {}
+    for r, c in zip(rows.tolist(), cols.tolist()):
+        cols_of_row.setdefault(r, []).append(c)
+        rows_of_col.setdefault(c, []).append(r)
+    colors = np.full(n_cols, -1, dtype=np.int64)
+    for c in range(n_cols):
+        taken = {colors[o] for r in rows_of_col.get(c, ()) for o in cols_of_row[r] if colors[o] >= 0}
+        color = 0
+        while color in taken:
+            color += 1
+        colors[c] = color
+    return colors
+
+
+def plan_differences(
+    function: Callable[..., Tensor],
+    reference: Callable[..., Tensor] | None,
+    inputs: Sequence[Tensor],
+    step: float,
+    *,
+    budget_bytes: int = DEFAULT_BUDGET_BYTES,
+    structure_key: Hashable | None = None,
+    work_limit: float = math.inf,
+    atol: float = 1e-5,
+    rtol: float = 1e-3,
+) -> list[DifferencePlan]:
+    """Choose, for each input, how to perturb it: colour groups from the reference's Jacobian
+    pattern, or one element at a time when no pattern can be trusted.
+
+    Every plan carries plain central differences of ``function`` along random directions at
+    this point. A pattern is used only once the reference's Jacobian on it (one backward call
+    per row colour) or, failing that, the compressed differences reproduce them within the
+    verdict's tolerances (``atol``, ``rtol``): structure can depend on values (ReLU, max, clamp).
+    ``structure_key`` names the reference and its settings; with it, a pattern found for these
+    input shapes is kept and tried first, and found afresh at this point when it fails. Reading
+    the structure costs a backward pass per output; above ``work_limit`` element evaluations it
+    is not tried."""
+    with torch.no_grad():
+        output = function(*inputs)
+    m = output.numel()
+    skip = np.nonzero(~torch.isfinite(output).reshape(-1).cpu().numpy())[0]
+    checks = [_checks(function, inputs, i, step) for i in range(len(inputs))]
+    base = [DifferencePlan(i, x.numel(), m, None, None, None, "", skip_rows=skip, step=step, directions=d, along=a, tolerance=(atol, rtol))
+            for i, (x, (d, a)) in enumerate(zip(inputs, checks))]
+    dense = lambda i, why: replace(base[i], source=f"one perturbation per element: {why}")  # noqa: E731
+    if reference is None:
+        return [dense(i, "no reference to read the Jacobian's structure from") for i in range(len(inputs))]
+    if m * sum(x.numel() for x in inputs) > work_limit:
+        return [dense(i, f"reading the Jacobian's structure ({m:,} outputs) would take too long") for i in range(len(inputs))]
+    try:
+        structures, cached = _structures(reference, inputs, budget_bytes, structure_key)
+        plans = _checked_plans(function, reference, inputs, base, structures, budget_bytes)
+        if cached and any(plan is None for plan in plans):  # a kept pattern that does not hold here
+            structures = _fresh_structures(reference, inputs, budget_bytes, structure_key, at_point=True)
+            plans = _checked_plans(function, reference, inputs, base, structures, budget_bytes)
+    except Exception as error:  # noqa: BLE001
+        return [dense(i, f"the reference's Jacobian failed ({type(error).__name__}: {error})") for i in range(len(inputs))]
+    why = "the Jacobian's pattern did not reproduce differences along random directions at this point"
+    return [plan or dense(i, why) for i, plan in enumerate(plans)]
+
+
+def _checks(function, inputs, index: int, step: float) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
+    """Random ±1 directions of input ``index`` and the plain central differences along them."""
+    directions = _directions(inputs[index].shape, CHECK_DIRECTIONS)
+    along = tuple(along_direction(function, inputs, index, d, step).double().cpu().numpy() for d in directions)
+    return tuple(d.reshape(-1).numpy() for d in directions), along
+
+
+_STRUCTURES: OrderedDict[Hashable, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = OrderedDict()
+
+
+_STRUCTURES_KEPT = 32
+
+
+_STRUCTURES_BYTES = 64 * 2**20  # and no more than this in all (int32 rows, cols, colours: 12 B an entry)
+
+
+def _structures_bytes() -> int:
+    return sum(a.nbytes for found in _STRUCTURES.values() for arrays in found for a in arrays)
+
+
+def _full_key(key: Hashable | None, inputs) -> Hashable | None:
+    return None if key is None else (key, tuple((tuple(x.shape), x.dtype, str(x.device)) for x in inputs))
+
+
+def _structures(reference, inputs, budget_bytes: int, key: Hashable | None) -> tuple[list[tuple[np.ndarray, np.ndarray, np.ndarray]], bool]:
+    """(rows, cols, colours) per input, and whether they came from the cache (``key`` seen for
+    these shapes) rather than from this point."""
+    full_key = _full_key(key, inputs)
+    if full_key is not None and full_key in _STRUCTURES:
+        _STRUCTURES.move_to_end(full_key)
+        return _STRUCTURES[full_key], True
+    return _fresh_structures(reference, inputs, budget_bytes, key), False
+
+
+def _fresh_structures(reference, inputs, budget_bytes: int, key: Hashable | None, at_point: bool = False) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    patterns = jacobian_patterns(reference, inputs, budget_bytes)
+    if at_point:  # the union with the pattern at the point itself: value-dependent structure
+        here = jacobian_patterns(reference, inputs, budget_bytes, jitter=0.0)
+        patterns = [_union(a, b, x.numel()) for a, b, x in zip(patterns, here, inputs)]
+    found = [(rows, cols, color_columns(rows, cols, x.numel())) for (rows, cols), x in zip(patterns, inputs)]
+    full_key = _full_key(key, inputs)
+    if full_key is not None:
+        _STRUCTURES[full_key] = found
+        while _STRUCTURES and (len(_STRUCTURES) > _STRUCTURES_KEPT or _structures_bytes() > _STRUCTURES_BYTES):
+            _STRUCTURES.popitem(last=False)  # the oldest first; one pattern larger than the bound is not kept
+    return found
+
+
+def _union(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray], n_cols: int) -> tuple[np.ndarray, np.ndarray]:
+    flat = np.unique(np.concatenate([a[0] * n_cols + a[1], b[0] * n_cols + b[1]]))
+    return flat // n_cols, flat % n_cols
+
+
+def _directions(shape, count: int) -> list[Tensor]:
+    """Seeded random ±1 directions: every element moves by a full step, so a missed coupling
+    shows at its own size."""
+    generator = torch.Generator().manual_seed(1)
+    return [torch.randint(0, 2, tuple(shape), generator=generator, dtype=torch.float64) * 2 - 1 for _ in range(count)]
+
+
+def _checked_plans(function, reference, inputs, base: Sequence[DifferencePlan], structures, budget_bytes: int) -> list[DifferencePlan | None]:
+    """Each input's plan on its pattern, if the pattern passes the check at this point: first by
+    the reference's Jacobian on it (cheap: a backward call per row colour), else by the
+    compressed differences themselves (a forward evaluation per colour)."""
+    patterns = [(rows, cols) for rows, cols, _ in structures]
+    with torch.no_grad():
+        output = reference(*inputs)
+    colors = row_colors(patterns, [x.numel() for x in inputs], output.numel())
+    by_reference = compressed_entries(reference, inputs, patterns, colors, np.zeros(0, dtype=np.int64), tuple(output.shape), budget_bytes)
+    plans: list[DifferencePlan | None] = []
+    for plan, (rows, cols, column_colors), values in zip(base, structures, by_reference):
+        n = plan.n_inputs
+        plan = replace(plan, colors=column_colors, rows=rows, cols=cols)
+        what = (f"{plan.n_groups} colour groups for {n} elements, from the reference's Jacobian pattern" if plan.n_groups < n
+                else "one perturbation per element (the Jacobian's pattern is dense)")
+        if reproduces(plan, rows, cols, values):
+            plans.append(replace(plan, source=what, reference_values=values))
+            continue
+        plan = with_values(function, inputs, plan, budget_bytes)
+        plans.append(replace(plan, source=what + " (checked by its own differences: the reference's Jacobian did not reproduce them)")
+                     if plan.values is not None and reproduces(plan, rows, cols, plan.values) else None)
+    return plans
+

@@ -1,0 +1,192 @@
+"""Report: the result types every front end reads, and the one place that writes a verdict's words
+from its fields."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from lib.engine.diagnosis import Diagnosis
+from lib.engine.judge import JacobianVerdict
+from lib.engine.planning import DifferencePlan
+from lib.engine.second_order import SecondOrderVerdict
+from lib.engine.signature import Signature
+from lib.engine.tolerances import Tolerances
+
+
+SOURCES = ("analytic", "reference", "numerical")
+
+
+PAIRS = (("analytic", "reference"), ("analytic", "numerical"), ("reference", "numerical"))
+
+
+STAGES = ("forward", "backward", "reference")  # where a formula's own exception can come from
+
+
+@dataclass(frozen=True)
+class Failure:
+    """An exception raised by the code under test (never by Gradient Lab), as data: where it came
+    from, its type and its message."""
+
+    stage: str  # one of STAGES: the formula's forward or backward, or the family's reference
+    kind: str  # the exception's type name
+    message: str
+
+    @classmethod
+    def of(cls, stage: str, error: BaseException) -> Failure:
+        return cls(stage, type(error).__name__, str(error))
+
+    @property
+    def whose(self) -> str:
+        return "the reference" if self.stage == "reference" else "the formula"
+
+    def __str__(self) -> str:
+        where = "in forward" if self.stage == "reference" else f"in {self.stage}"
+        return f"{where}: {self.kind}: {self.message}"
+
+
+OUTCOMES = ("pass", "fail", "no verdict")
+LEADS = {"pass": "passes", "fail": "fails", "no verdict": "no verdict"}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The first-order verdict as facts; ``summary`` writes its one sentence from them."""
+
+    outcome: str  # one of OUTCOMES; "no verdict": nothing could be compared
+    coverage: str = ""  # what was covered, in words (``Coverage.describe``)
+    finding: str = ""  # the worst entry, probe or drawn element out of tolerance, in words
+    why: str = ""  # the diagnosis, where it names a cause
+    failure: Failure | None = None  # the code under test raised
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome == "pass"
+
+    @property
+    def text(self) -> str:
+        """The sentence without its leading outcome word."""
+        if self.failure is not None:
+            raised = f"{self.failure.whose} raised {self.failure}"
+            return f"{self.why}. {raised[0].upper()}{raised[1:]}" if self.why else raised
+        if self.outcome == "no verdict":
+            return f"the truth is not finite anywhere, so nothing could be compared ({self.coverage})"
+        if self.outcome == "pass":
+            return self.coverage
+        why = f"{self.why}. " if self.why else ""
+        return f"{why}{self.finding} (checked {self.coverage})"
+
+    @property
+    def summary(self) -> str:
+        """One sentence a user can act on, that says what was covered."""
+        return f"{LEADS[self.outcome]}: {self.text}"
+
+
+@dataclass(frozen=True)
+class NonFinite:
+    """Where a tensor holds NaN or ±Inf."""
+
+    nan: int
+    inf: int
+    first: tuple[tuple[int, ...], ...]  # up to 10 indices
+
+    @property
+    def count(self) -> int:
+        return self.nan + self.inf
+
+    def describe(self, name: str) -> str:
+        where = ", ".join(f"{name}[{', '.join(map(str, i))}]" for i in self.first)
+        more = "…" if self.count > len(self.first) else ""
+        return f"{self.nan} NaN and {self.inf} Inf in {name}, at {where}{more}"
+
+
+def non_finite(values: np.ndarray) -> NonFinite:
+    nan, inf = np.isnan(values), np.isinf(values)
+    first = tuple(tuple(int(i) for i in index) for index in np.argwhere(nan | inf)[:10])
+    return NonFinite(int(nan.sum()), int(inf.sum()), first)
+
+
+@dataclass(frozen=True)
+class ErrorMap:
+    """a − b element by element, for one pair of gradient sources on one input."""
+
+    pair: tuple[str, str]
+    signed: np.ndarray
+    relative: np.ndarray  # |a − b| / max(|b|, floor); the floor keeps zeros of b from dividing
+    max_abs: float
+    mean_abs: float
+    max_rel: float
+    worst: tuple[int, ...] | None  # index of the largest finite |a − b|
+
+    @property
+    def absolute(self) -> np.ndarray:
+        return np.abs(self.signed)
+
+
+def error_map(pair: tuple[str, str], a: np.ndarray, b: np.ndarray) -> ErrorMap:
+    signed = a - b
+    absolute = np.abs(signed)
+    finite = np.isfinite(absolute)
+    floor = max(float(np.abs(b[np.isfinite(b)]).max(initial=0.0)) * 1e-12, np.finfo(np.float64).tiny)
+    relative = absolute / np.maximum(np.abs(b), floor)
+    if not finite.any():
+        return ErrorMap(pair, signed, relative, math.nan, math.nan, math.nan, None)
+    masked = np.where(finite, absolute, -1.0)
+    worst = tuple(int(i) for i in np.unravel_index(int(np.argmax(masked)), a.shape))
+    return ErrorMap(
+        pair,
+        signed,
+        relative,
+        float(absolute[finite].max()),
+        float(absolute[finite].mean()),
+        float(np.nanmax(np.where(np.isfinite(relative), relative, np.nan))) if np.isfinite(relative).any() else math.nan,
+        worst,
+    )
+
+
+@dataclass(frozen=True)
+class InputComparison:
+    """The three gradients of one input, and their differences."""
+
+    name: str
+    gradients: dict[str, np.ndarray]  # source -> gradient, float64, shaped like the input
+    errors: dict[tuple[str, str], ErrorMap]
+    non_finite: dict[str, NonFinite]  # "input" and each source
+    plan: DifferencePlan
+    jacobians: dict[str, np.ndarray] | None = None  # source -> (output elements, input elements)
+    kinks: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # flat indices where the function has a kink
+
+    def worst(self, pair: tuple[str, str] = ("analytic", "reference")) -> tuple[tuple[int, ...] | None, dict[str, float]]:
+        """The worst element of ``pair``'s error map and the three gradients' values there."""
+        index = self.errors[pair].worst
+        if index is None:
+            return None, {}
+        return index, {source: float(self.gradients[source][index]) for source in SOURCES}
+
+
+@dataclass(frozen=True)
+class GradientReport:
+    family: str
+    formula: str
+    dtype: str
+    device: str
+    tolerances: Tolerances
+    loss: float
+    forward_max_error: float  # |formula output − reference output|, max
+    inputs: tuple[InputComparison, ...]
+    cosine: float  # between analytic and reference gradients, all inputs together; −1: flipped
+    verdict: Verdict
+    evaluations: int  # forward evaluations spent on finite differences
+    failure: Failure | None = None  # the code under test's own exception, where its forward or backward raised
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    upstream: str = "loss"  # what the drawn gradients' upstream was (see UPSTREAMS)
+    jacobian: JacobianVerdict | None = None  # the whole-Jacobian check behind the verdict
+    second_order: SecondOrderVerdict | None = None
+    diagnosis: Diagnosis | None = None  # why the formula is wrong, where it is
+    signature: Signature | None = None  # what the Function takes and gives; None when no forward ran
+
+    def input(self, name: str) -> InputComparison:
+        return next(c for c in self.inputs if c.name == name)
+

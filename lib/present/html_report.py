@@ -1,0 +1,91 @@
+"""The command line's static report: one self-contained HTML file to attach to a pull request.
+
+The verdicts table, then for every formula that failed (declared correct or not) its diagnosis
+with the evidence, the analytic-against-truth scatter, each input's gradient and error maps, and
+the Taylor test. Plotly's own HTML for each figure, its JavaScript inlined once at the top, so the
+file opens offline and draws with no network.
+"""
+
+from __future__ import annotations
+
+import html
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Sequence
+
+import plotly.graph_objects as go
+
+from lib.app import views
+from lib.errors import LabError
+from lib.present.figures.check import diagnosis_scatter, error_heatmap, gradient_heatmaps, step_sweep_figure
+
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1200px; color: #222; padding: 0 1rem; }
+table { border-collapse: collapse; width: 100%; margin: 1rem 0; font-size: 0.9rem; }
+th, td { border: 1px solid #ddd; padding: 0.35rem 0.5rem; text-align: left; vertical-align: top; }
+th { background: #f4f4f4; }
+.ok, .caught { background: #d9f2e3; } .FAILED { background: #f8d0c8; } .warning { background: #fbeec2; }
+pre { white-space: pre-wrap; background: #f8f8f8; padding: 0.75rem; font-size: 0.85rem; }
+section { border-top: 2px solid #ccc; margin-top: 2rem; }
+"""
+
+
+def _figure(fig: go.Figure | None, first: list[bool]) -> str:
+    if fig is None:
+        return ""
+    include = first[0]
+    first[0] = False  # plotly.js once, inlined: the file must draw offline
+    return fig.to_html(full_html=False, include_plotlyjs=include, config={"displaylogo": False})
+
+
+def _table(results) -> str:
+    head = ("family", "formula", "declared", "status", "first order", "second order", "diagnosis", "PyTorch's checks")
+    rows = []
+    for r in results:
+        cells = (r.family, r.formula, "correct" if r.correct else "buggy", r.status, r.outcome, r.second_order,
+                 r.why or "-", r.conformance_counts())
+        rows.append(f'<tr class="{html.escape(r.status)}">' + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
+    return "<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>" + "".join(rows) + "</table>"
+
+
+def _section(result, first: list[bool]) -> str:
+    parts = [f"<section><h2>{html.escape(result.family)} / {html.escape(result.formula)}: {html.escape(result.status)}</h2>",
+             f"<pre>{html.escape(result.details())}</pre>"]
+    report = result.report
+    if report is None:
+        return "".join(parts) + "</section>"
+    if report.diagnosis and report.diagnosis.findings:
+        parts.append("<h3>Diagnosis</h3><ul>" + "".join(f"<li><b>{html.escape(f.words)}</b>: {html.escape(f.evidence)}</li>"
+                                                      for f in report.diagnosis.findings) + "</ul>")
+    parts.append(_figure(diagnosis_scatter(report), first))
+    for comparison in report.inputs:
+        parts.append(_figure(gradient_heatmaps(comparison), first))
+        parts.append(_figure(error_heatmap(comparison), first))
+    if result.case is not None:
+        try:
+            parts.append("<h3>Taylor test</h3>" + _figure(step_sweep_figure(views.gradient_sweep(result.case, result.formula)), first))
+        except LabError as error:
+            parts.append(f"<p>Taylor test not run: {html.escape(str(error))}</p>")
+    return "".join(parts) + "</section>"
+
+
+def report_html(results: Sequence, source: str = "") -> str:
+    first = [True]
+    failing = [r for r in results if not r.passed]
+    sections = "".join(_section(r, first) for r in failing)
+    if first[0]:  # nothing failed, nothing drawn: no plotly.js needed
+        sections = "<p>Every formula passed: nothing to draw.</p>"
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    case = results[0].case if results and results[0].case else None
+    where = f" on inputs of shape {case.shape}, {case.dtype}, seed {case.seed}" if case else ""
+    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>Gradient Lab report: {html.escape(source)}</title>"
+            f"<style>{STYLE}</style></head><body><h1>Gradient Lab report</h1>"
+            f"<p>{html.escape(source)}{html.escape(where)}, written {when}. Each formula's backward is checked against "
+            "autograd through the family's reference and against finite differences: every Jacobian entry, and the "
+            "second order.</p>" + _table(results) + sections + "</body></html>")
+
+
+def write_report(results: Sequence, path: str | Path, source: str = "") -> Path:
+    path = Path(path)
+    path.write_text(report_html(results, source), encoding="utf-8")
+    return path

@@ -1,0 +1,176 @@
+"""Plain data out of one gradient report, for the Gradient check page: a comparison cut down to
+what a heatmap can draw, one row per element for a CSV, and a summary for a JSON download.
+
+Nothing here imports streamlit or computes gradients; it reads ``lib.compare``'s results.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from lib.engine.report import PAIRS, SOURCES, GradientReport, InputComparison, error_map
+
+# Heatmaps build one hover label per element: above this many, only a leading block is drawn.
+DRAW_LIMIT = 20_000
+# Rows of the per-element CSV: beyond this the download is cut (ui.download builds it on every rerun).
+ROW_LIMIT = 50_000
+
+
+def shown(value: float, spec: str = ".4g") -> str:
+    """``value`` formatted by ``spec``, or NaN / Inf / −Inf in words."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Inf" if value > 0 else "−Inf"
+    return format(value, spec)
+
+
+def pair_name(pair: tuple[str, str]) -> str:
+    """``("analytic", "reference")`` -> ``"analytic-reference"``: a column name and a URL value."""
+    return "-".join(pair)
+
+
+# ---- a comparison small enough to draw --------------------------------------------------------------
+
+
+def leading_block(shape: tuple[int, ...], limit: int = DRAW_LIMIT) -> tuple[int, ...]:
+    """The largest leading block ``[:k0, :k1, ...]`` of ``shape`` with at most ``limit`` elements
+    that keeps trailing dims whole while they fit: whole rows first, then part of one row."""
+    kept = list(shape)
+    room = max(int(limit), 1)
+    for d in reversed(range(len(shape))):
+        kept[d] = max(1, min(shape[d], room))
+        room = max(1, room // kept[d])
+    return tuple(kept)
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """What the heatmaps draw of one input: ``comparison`` is the whole one or its leading block."""
+
+    comparison: InputComparison
+    shape: tuple[int, ...]  # the input's full shape
+    shown: tuple[int, ...]  # the block drawn
+
+    @property
+    def cut(self) -> bool:
+        return self.shown != self.shape
+
+    def describe(self) -> str:
+        """In words, what is drawn and what is not; "" when everything is."""
+        if not self.cut:
+            return ""
+        name = self.comparison.name
+        block = ", ".join(f":{k}" if k < n else ":" for k, n in zip(self.shown, self.shape))
+        return (
+            f"{name} has {math.prod(self.shape):,} elements, too many to draw one by one: the maps show "
+            f"its first rows only, {name}[{block}] ({math.prod(self.shown):,} elements), and their "
+            "titles' maxima are over those. The worst-elements table, the histogram and the CSV cover every element."
+        )
+
+
+def drawable(comparison: InputComparison, limit: int = DRAW_LIMIT) -> Drawn:
+    """``comparison`` cut to its leading block of at most ``limit`` elements (see ``leading_block``),
+    with the error maps recomputed on the block, so that worst-element marks fall inside it."""
+    shape = tuple(comparison.gradients["reference"].shape)
+    shown = leading_block(shape, limit)
+    if shown == shape:
+        return Drawn(comparison, shape, shape)
+    block = tuple(slice(0, k) for k in shown)
+    gradients = {source: values[block] for source, values in comparison.gradients.items()}
+    errors = {pair: error_map(pair, gradients[pair[0]], gradients[pair[1]]) for pair in comparison.errors}
+    return Drawn(replace(comparison, gradients=gradients, errors=errors, jacobians=None), shape, shown)
+
+
+# ---- downloads ---------------------------------------------------------------------------------------
+
+
+def element_rows(report: GradientReport, limit: int = ROW_LIMIT) -> tuple[list[dict], int]:
+    """One row per element of every input: its index, the three gradients, and for each pair the
+    signed error a − b and the relative error |a − b| / |b|. At most ``limit`` rows (inputs in
+    order); returns (rows, how many elements were left out)."""
+    rows: list[dict] = []
+    total = 0
+    for c in report.inputs:
+        shape = c.gradients["reference"].shape
+        n = int(np.prod(shape, dtype=np.int64))
+        total += n
+        take = max(0, min(n, limit - len(rows)))
+        if not take:
+            continue
+        columns = {source: c.gradients[source].reshape(-1)[:take].tolist() for source in SOURCES}
+        for pair in PAIRS:
+            columns[pair_name(pair)] = c.errors[pair].signed.reshape(-1)[:take].tolist()
+        for pair in PAIRS:
+            columns[f"relative {pair_name(pair)}"] = c.errors[pair].relative.reshape(-1)[:take].tolist()
+        indices = np.unravel_index(np.arange(take), shape) if shape else ()
+        labels = ["[" + ", ".join(map(str, index)) + "]" for index in zip(*(i.tolist() for i in indices))] if shape else ["[]"]
+        names = list(columns)
+        for k, label in enumerate(labels):
+            rows.append({"input": c.name, "index": label, **{name: columns[name][k] for name in names}})
+    return rows, total - len(rows)
+
+
+def summary(report: GradientReport, case=None) -> dict:
+    """The report without its arrays: verdict, headline numbers, tolerances and, per input, how the
+    finite differences were taken and each pair's largest errors. JSON-ready once NaN is handled
+    (``lib.ui.download`` writes NaN/Inf as strings)."""
+    inputs = {}
+    for c in report.inputs:
+        inputs[c.name] = {
+            "shape": list(c.gradients["reference"].shape),
+            "finite differences": c.plan.source,
+            "forward evaluations": c.plan.evaluations,
+            "errors": {
+                pair_name(pair): {
+                    "max abs": e.max_abs,
+                    "mean abs": e.mean_abs,
+                    "max relative": e.max_rel,
+                    "worst index": list(e.worst) if e.worst is not None else None,
+                }
+                for pair, e in c.errors.items()
+            },
+            "NaN/Inf": {what: {"nan": nf.nan, "inf": nf.inf} for what, nf in c.non_finite.items()},
+            "jacobians computed": c.jacobians is not None,
+        }
+    return {
+        "case": repr(case) if case is not None else None,
+        "family": report.family,
+        "formula": report.formula,
+        "dtype": report.dtype,
+        "device": report.device,
+        "passed": report.verdict.passed,
+        "outcome": report.verdict.outcome,
+        "verdict": report.verdict.summary,
+        "coverage": _coverage(report),
+        "diagnosis": [{"kind": f.kind, "words": f.words, "evidence": f.evidence} for f in report.diagnosis.findings] if report.diagnosis else [],
+        "second order": {"outcome": report.second_order.outcome, "verdict": report.second_order.summary} if report.second_order else None,
+        "upstream gradient drawn": report.upstream,
+        "cosine to reference": report.cosine,
+        "loss": report.loss,
+        "max |formula output − reference output|": report.forward_max_error,
+        "forward evaluations": report.evaluations,
+        "tolerances": {"step": report.tolerances.step, "atol": report.tolerances.atol, "rtol": report.tolerances.rtol},
+        "failure": report.failure,
+        "notes": list(report.notes),
+        "inputs": inputs,
+    }
+
+
+def plan_sources(report: GradientReport) -> str:
+    """How the finite differences were taken, input by input, in one line."""
+    return "; ".join(f"{c.name}: {c.plan.source} ({c.plan.evaluations} evaluations)" for c in report.inputs)
+
+
+def _coverage(report: GradientReport) -> dict | None:
+    """What the whole-Jacobian verdict covered, in numbers."""
+    if report.jacobian is None:
+        return None
+    c = report.jacobian.coverage
+    return {"entries": c.entries, "structurally nonzero": c.structural, "compared one by one": c.compared,
+            "left out (truth not finite)": c.excluded, "backward calls": c.backward_calls,
+            "forward evaluations": c.forward_evaluations, "random probes": c.probes, "partial": c.partial or None,
+            "in words": c.describe()}
