@@ -1,17 +1,21 @@
 # Two commands for a fresh machine; each creates (or reuses) the virtual environment in .venv.
 #   make run    install the app's requirements and start it (streamlit run app.py)
 #   make test   install the test requirements and run the whole test suite
+#   make lint   install the test requirements and run ruff with the committed configuration (ruff.toml)
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test bench
+.PHONY: run test lint bench
 
 run: $(VENV)/.app-installed
 	$(BIN)/streamlit run app.py $(ARGS)
 
 test: $(VENV)/.dev-installed
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(VENV)/.dev-installed
+	$(BIN)/ruff check .
 
 bench: $(VENV)/.dev-installed
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

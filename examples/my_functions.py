@@ -7,7 +7,9 @@ Start the app with it:
 
 Then pick the family "swish" in the sidebar. Every page works on it as on cosine. The family
 "clamp" shows kinks: its inputs are rounded to steps of 0.5, so some sit exactly on the clamp's
-bounds, where no single derivative is right; the maps outline them in orange.
+bounds, where no single derivative is right; the maps outline them in orange. "row max" returns
+two outputs, the values (checked) and their indices (integers, marked non-differentiable), and
+"cross entropy" takes an integer target beside its logits (passed through, never differentiated).
 """
 
 import torch
@@ -101,4 +103,87 @@ declare(
     build_inputs=on_half_steps,
     title="Clamp to [−1, 1] (an example with kinks)",
     latex={"forward": r"y = \min(\max(x, -1), 1)", "gradient": r"\frac{dy}{dx} = [\,|x| \le 1\,]"},
+)
+
+
+class RowMax(torch.autograd.Function):
+    """Correct: the gradient of each row's maximum goes to the element that holds it."""
+
+    @staticmethod
+    def forward(ctx, x):
+        values, indices = x.max(dim=-1)
+        ctx.mark_non_differentiable(indices)
+        ctx.save_for_backward(indices)
+        ctx.shape = x.shape
+        return values, indices
+
+    @staticmethod
+    def backward(ctx, grad_values, grad_indices):
+        (indices,) = ctx.saved_tensors
+        grad = grad_values.new_zeros(ctx.shape)
+        return grad.scatter(-1, indices.unsqueeze(-1), grad_values.unsqueeze(-1))
+
+
+class RowMaxToFirst(RowMax):
+    """A real mistake: every row's gradient written to its first element, not to its maximum."""
+
+    @staticmethod
+    def backward(ctx, grad_values, grad_indices):
+        grad = grad_values.new_zeros(ctx.shape)
+        grad[..., 0] = grad_values
+        return grad
+
+
+declare(
+    "row max",
+    formulas={"row max": RowMax, "to first element": RowMaxToFirst},
+    correct=("row max",),
+    reference=lambda x: x.max(dim=-1),
+    outputs=("values", "indices"),
+    title="Row maximum with its indices (two outputs)",
+    latex={"forward": r"(v_i, k_i) = (\max_j x_{ij},\ \arg\max_j x_{ij})", "gradient": r"\frac{\partial v_i}{\partial x_{ij}} = [\,j = k_i\,]"},
+)
+
+
+class CrossEntropy(torch.autograd.Function):
+    """Correct: d loss_i / d logits_ij = softmax(logits_i)_j − [j = target_i]."""
+
+    @staticmethod
+    def forward(ctx, logits, target):
+        ctx.save_for_backward(logits, target)
+        return torch.nn.functional.cross_entropy(logits, target, reduction="none")
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        logits, target = ctx.saved_tensors
+        one_hot = torch.nn.functional.one_hot(target, logits.shape[-1]).to(logits)
+        return grad_output.unsqueeze(-1) * (logits.softmax(-1) - one_hot), None
+
+
+class CrossEntropyForgotTarget(CrossEntropy):
+    """A real mistake: the softmax without the one-hot target subtracted."""
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        logits, _ = ctx.saved_tensors
+        return grad_output.unsqueeze(-1) * logits.softmax(-1), None
+
+
+def logits_and_targets(shape, *, seed=0, dtype=torch.float64, device="cpu", **_params):
+    """Normal logits of the sidebar's shape (rows × classes) and one integer class per row."""
+    generator = torch.Generator().manual_seed(seed)
+    logits = torch.randn(tuple(shape), generator=generator, dtype=torch.float64)
+    target = torch.randint(0, shape[-1], tuple(shape[:-1]), generator=generator)
+    return logits.to(dtype=dtype, device=device), target.to(device)
+
+
+declare(
+    "cross entropy",
+    formulas={"cross entropy": CrossEntropy, "forgot the target": CrossEntropyForgotTarget},
+    correct=("cross entropy",),
+    reference=lambda logits, label: torch.nn.functional.cross_entropy(logits, label, reduction="none"),
+    inputs=("logits", "label"),
+    build_inputs=logits_and_targets,
+    title="Cross entropy with integer targets",
+    latex={"forward": r"\ell_i = -\log \operatorname{softmax}(z_i)_{t_i}", "gradient": r"\frac{\partial \ell_i}{\partial z_{ij}} = p_{ij} - [\,j = t_i\,]"},
 )

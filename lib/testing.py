@@ -20,7 +20,8 @@ import torch
 
 from lib.engine.report import GradientReport
 from lib.engine.pipeline import compare_gradients
-from lib.app.family import Family, Formula
+from lib.app.family import Family, Formula, sum_of_outputs
+from lib.engine.signature import differentiable
 from lib.engine.judge import compare_entries, truth_scale
 
 Tensor = torch.Tensor
@@ -49,15 +50,16 @@ def as_family(function, inputs: Sequence[Tensor], reference=None, name: str | No
     title = name or _name(function)
     return Family(name=title, title=title, description="", input_names=names, reference=reference,
                   formulas={title: Formula(title, _callable(function), "under test", "", False)},
-                  build_inputs=lambda *_args, **_kwargs: tuple(inputs), loss=lambda y: y.sum())
+                  build_inputs=lambda *_args, **_kwargs: tuple(inputs), loss=sum_of_outputs)
 
 
 def check_gradients(function, inputs: Tensor | Sequence[Tensor], *, reference=None, seed: int = 0, step: float | None = None,
                     atol: float | None = None, rtol: float | None = None, second_order: bool = True) -> GradientReport:
     """The app's gradient report for ``function`` on ``inputs`` (copies; the inputs are not changed)."""
     inputs = (inputs,) if isinstance(inputs, Tensor) else tuple(inputs)
-    if not inputs or not all(isinstance(x, Tensor) and x.is_floating_point() for x in inputs):
-        raise TypeError("inputs must be one floating-point tensor or a sequence of them")
+    if not all(isinstance(x, Tensor) for x in inputs) or not any(differentiable(x) for x in inputs):
+        raise TypeError("inputs must be one floating-point tensor or a sequence of tensors with at least one floating-point "
+                        "tensor among them (integer and boolean ones are passed through, never differentiated)")
     copies = tuple(x.detach().clone() for x in inputs)
     family = as_family(function, copies, reference)
     return compare_gradients(family, family.name, copies, seed=seed, step=step, atol=atol, rtol=rtol, second_order=second_order)

@@ -84,7 +84,7 @@ with ui.guard("This page"):
     if report is not None:
         st.subheader("Gradients and errors, element by element")
         left, scale_col, middle, right = st.columns(4)
-        name = left.selectbox("Input", family.input_names, key="check_input", bind=ui.URL)
+        name = left.selectbox("Input", [c.name for c in report.inputs], key="check_input", bind=ui.URL)
         scale = scale_col.radio(
             "Gradient colour scale", ["shared", "per panel"], key="check_scale", bind=ui.URL, horizontal=True,
             help="Shared: equal colours mean equal values across the three maps, so a gradient 100× too large stands out. "

@@ -50,7 +50,8 @@ with ui.guard("This page"):
     view = "contours"
     if not one_dimensional:
         view = view_col.radio("Draw as", VIEWS, key="surface_view", bind=ui.URL, horizontal=True)
-    paths = paths_col.toggle("Optimizer paths", False, key="surface_paths", bind=ui.URL, help="Run an optimizer from the current point, driven by each formula's gradient.")
+    paths = paths_col.toggle("Optimizer paths", False, key="surface_paths", bind=ui.URL,
+                             help="Run an optimizer from the current point, driven by each formula's gradient.")
     optimizer, learning_rate, steps = "SGD", 0.1, 100
     if paths:
         optimizer_col, rate_col, steps_col = st.columns([2, 3, 3])
@@ -88,7 +89,8 @@ with ui.guard("This page"):
             if run.problem:
                 st.warning(f"**{formula}** raised an error, so its path stops early: {run.problem}", icon="⚠️")
             elif run.diverged_at is not None:
-                st.warning(f"**{formula}** diverged at step {run.diverged_at}: its loss or gradient stopped being finite. Try a smaller learning rate.", icon="⚠️")
+                st.warning(f"**{formula}** diverged at step {run.diverged_at}: its loss or gradient stopped being finite. "
+                           "Try a smaller learning rate.", icon="⚠️")
         curves = trajectory_curves_figure(runs)
         ui.chart(curves, key="surface_curves_chart")
         if index < len(sizes) and sizes[index] > 2:

@@ -27,11 +27,13 @@ with ui.guard("This page"):
                                                  format_func=lambda v: f"{v:g}"))
     steps = int(steps_col.slider("Steps", 1, MAX_STEPS, 200, key="train_steps", bind=ui.URL))
 
-    runs = ui.compute(views.training, case, views.PlaneSpec(), optimizer, learning_rate, steps,
+    movable = ui.compute(views.moving_inputs, case, what="Building the inputs…") or case.get_family().input_names[:1]
+    moving = movable[0]  # training moves the first input that is differentiated
+    spec = views.PlaneSpec(index=case.get_family().input_names.index(moving))
+    runs = ui.compute(views.training, case, spec, optimizer, learning_rate, steps,
                       what=f"Running {optimizer} for {steps} steps per formula…")
     if runs is not None:
         family = case.get_family()
-        moving = family.input_names[0]
         summary = training_summary(runs)
         st.dataframe(summary, hide_index=True, width="stretch", key="train_summary", column_config={
             "start loss": st.column_config.NumberColumn(format="%.4g"),

@@ -1,6 +1,6 @@
-"""The command line: the right exit status for a module whose formulas are as declared, one whose
-correct formula is broken, and one that fails to import (each in a subprocess, as CI runs it), and
-its three formats."""
+"""The command line: the right exit status for a module whose formulas are as declared (in a
+subprocess, as CI runs it), one whose correct formula is broken, one that fails to import, and
+arguments that are wrong (in this process, through ``check.main``), and its three formats."""
 
 import json
 import subprocess
@@ -8,20 +8,32 @@ import sys
 from pathlib import Path
 from xml.etree import ElementTree
 
+import pytest
 
 from lib import check
+from lib.app.family import families
+from tests.registry import families_kept
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = str(ROOT / "examples" / "my_functions.py")
 BROKEN = str(ROOT / "tests" / "fixtures" / "broken_correct.py")
 
 
-def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "lib.check", *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+@pytest.fixture(autouse=True)
+def isolated():
+    """What ``check.main`` loads in this process does not outlive a test: the families it declares
+    and the users' modules lib.app.plugins put in sys.modules (a failed import's too)."""
+    modules = set(sys.modules)
+    with families_kept():
+        yield
+    for name in set(sys.modules) - modules:
+        if name.startswith("gradient_lab_user_"):
+            del sys.modules[name]
 
 
 def test_a_module_whose_formulas_are_as_declared_exits_0_with_a_table_that_fits_100_columns():
-    done = run(EXAMPLE)
+    """The one end-to-end run: ``python -m lib.check`` in its own process, as CI calls it."""
+    done = subprocess.run([sys.executable, "-m", "lib.check", EXAMPLE], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     assert all(len(line) <= check.WIDTH for line in lines)
@@ -30,23 +42,40 @@ def test_a_module_whose_formulas_are_as_declared_exits_0_with_a_table_that_fits_
     assert "why: wrong only where 1 < |x| ≤ 2" in done.stdout
 
 
-def test_a_broken_correct_formula_exits_1_and_names_its_bug():
-    done = run(BROKEN)
-    assert done.returncode == 1
-    assert "FAILED square / square (declared correct)" in done.stdout
-    assert "off by a constant factor 0.5" in done.stdout
+def test_a_broken_correct_formula_exits_1_and_names_its_bug(capsys):
+    assert check.main([BROKEN]) == 1
+    out = capsys.readouterr().out
+    assert "FAILED square / square (declared correct)" in out
+    assert "off by a constant factor 0.5" in out
 
 
-def test_a_module_that_fails_to_import_exits_2_with_the_loaders_message():
-    done = run(str(ROOT / "tests" / "fixtures" / "broken_import.py"))
-    assert done.returncode == 2 and not done.stdout
-    assert "ImportError: this module needs a package that is not installed (broken_import.py, line 3)" in done.stderr
+def test_a_module_that_fails_to_import_exits_2_with_the_loaders_message(capsys):
+    assert check.main([str(ROOT / "tests" / "fixtures" / "broken_import.py")]) == 2
+    done = capsys.readouterr()
+    assert not done.out and done.err.startswith("gradient lab: cannot check ")
+    assert "ImportError: this module needs a package that is not installed (broken_import.py, line 3)" in done.err
 
 
-def test_unknown_family_and_bad_shape_are_refused_in_words():
-    assert run(EXAMPLE, "--family", "nope").returncode == 2
-    done = run(EXAMPLE, "--shape", "8,x")
-    assert done.returncode == 2 and "a shape is sizes separated by commas" in done.stderr
+def test_an_unknown_family_is_refused_with_exit_2_and_the_families_declared(capsys):
+    assert check.main([EXAMPLE, "--family", "nope"]) == 2
+    done = capsys.readouterr()
+    assert not done.out and "declares no family 'nope'" in done.err and "swish" in done.err
+
+
+@pytest.mark.parametrize("args, said", [
+    ([EXAMPLE, "--shape", "8,x"], "argument --shape: a shape is sizes separated by commas"),
+    ([EXAMPLE, "--shape", "8,0"], "argument --shape: every size must be at least 1"),
+    ([EXAMPLE, "--dtype", "float8"], "argument --dtype"),
+    ([EXAMPLE, "--format", "yaml"], "argument --format"),
+    ([], "source"),  # no module named
+])
+def test_wrong_arguments_exit_2_in_words_before_anything_is_loaded(capsys, args, said):
+    before = families()
+    with pytest.raises(SystemExit) as exited:
+        check.main(args)
+    assert exited.value.code == 2 and families().keys() == before.keys()
+    done = capsys.readouterr()
+    assert not done.out and "error: " in done.err and said in done.err
 
 
 def test_json_is_for_machines(capsys):

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from lib.app.family import Family, Formula, families, get_family, register
+from lib.app.family import Family, Formula, families, get_family, register, unregister
 
 
 def test_cosine_is_a_builtin_family():
@@ -38,9 +38,8 @@ def test_registering_a_family_makes_it_available_and_run_merges_params():
         assert family.run("double", (x,)).tolist() == [6.0, 6.0]
         assert family.run(None, (x,), scale=0.5).tolist() == [1.0, 1.0]
     finally:
-        from lib.app import family as module
-
-        module._REGISTRY.pop("test-double")
+        assert unregister("test-double") is family
+    assert "test-double" not in families() and unregister("test-double") is None
 
 
 def test_builtin_families_come_first_in_their_modules_order():

@@ -146,7 +146,7 @@ def test_a_session_at_the_largest_allowed_settings_stays_within_the_budget():
     memory must stay within: what the process holds once the libraries are loaded (torch, streamlit,
     the app's lib: measured there, before any computation), the budget (the one computation running),
     the share cached results may keep, the Jacobian patterns lib.numerical keeps for reuse (bounded
-    by their own limit, _STRUCTURES_BYTES) and SLACK."""
+    by their own limit, kept_patterns_limit()) and SLACK."""
     if not Path("/proc/self/status").exists():
         pytest.skip("needs Linux's /proc to read resident memory")
     env = {**os.environ, "GRADIENT_LAB_MEMORY_MB": str(SESSION_BUDGET_MB), "GRADIENT_LAB_WORK_LIMIT": SESSION_WORK_LIMIT,
@@ -159,8 +159,8 @@ def test_a_session_at_the_largest_allowed_settings_stays_within_the_budget():
     ran = {(r["page"], r["view"]): r for r in found["ran"]}
     assert len(ran) == len(found["ran"]) and all(r["ran"] for r in found["ran"]), found["ran"]
     assert all(r["rows"] >= 1 for r in found["ran"]), found["ran"]
-    assert found["patterns"] <= numerical._STRUCTURES_BYTES
-    allowance = found["baseline"] + budget + found["cache_limit"] + numerical._STRUCTURES_BYTES + SLACK
+    assert found["patterns"] <= numerical.kept_patterns_limit()
+    allowance = found["baseline"] + budget + found["cache_limit"] + numerical.kept_patterns_limit() + SLACK
     assert found["peak"] <= allowance, (f"peak {found['peak'] >> 20} MiB > {allowance >> 20} MiB: baseline {found['baseline'] >> 20}, "
                                          f"patterns {found['patterns'] >> 20}; {found['ran']}")
 
@@ -178,7 +178,6 @@ from lib.explore import sweeps
 from lib.app.case import Case
 from lib.errors import LabError
 from lib.explore.perturb import Perturbation
-from lib.sizes import array_bytes
 from lib.explore.trajectory import MAX_STEPS
 from lib.ui.compute import cache_limit, cached_bytes, compute
 
@@ -249,5 +248,5 @@ for page, fn, settings, high in pages:
                 "peak_so_far": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024})
 print(json.dumps({"baseline": baseline, "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
                   "budget": budget.memory_budget(), "cache_limit": cache_limit(), "cached": cached_bytes(),
-                  "patterns": array_bytes(list(numerical._STRUCTURES.values())), "ran": ran}))
+                  "patterns": numerical.kept_patterns_bytes(), "ran": ran}))
 '''

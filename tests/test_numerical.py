@@ -119,7 +119,7 @@ def test_structure_is_found_once_per_key_and_shape(monkeypatch):
     calls = []
     real = numerical.jacobian_patterns
     monkeypatch.setattr(numerical, "jacobian_patterns", lambda *a: calls.append(1) or real(*a))
-    monkeypatch.setattr(numerical, "_STRUCTURES", numerical.OrderedDict())
+    numerical.forget_patterns()
     key = ("cosine-test", 1)
     first = plan_differences(corrected, cosine_reference, inputs((5, 6), (5, 6), seed=1), 1e-6, structure_key=key)
     again = plan_differences(corrected, cosine_reference, inputs((5, 6), (5, 6), seed=2), 1e-6, structure_key=key)
@@ -181,12 +181,12 @@ def test_a_missed_coupling_above_the_verdicts_tolerance_is_caught():
     np.testing.assert_allclose(numerical_jacobian(reaching, (x,), plan, 1e-6), want, atol=1e-9)
 
 
-def test_a_kept_pattern_is_verified_at_each_new_point(monkeypatch):
+def test_a_kept_pattern_is_verified_at_each_new_point():
     """ReLU's structure depends on the signs: a pattern kept from one point misses couplings at
     another, and is found afresh there instead of being trusted."""
     import lib.engine.planning as numerical
 
-    monkeypatch.setattr(numerical, "_STRUCTURES", numerical.OrderedDict())
+    numerical.forget_patterns()
     coupled = lambda x: torch.relu(x) * x.sum(-1, keepdim=True).relu()  # noqa: E731 - a row's outputs all meet when its sum > 0
     key = ("relu-test",)
     x_negative_sums = -inputs((3, 4))[0].abs() - 0.1  # every row sum negative: a row's outputs are all 0
@@ -238,12 +238,24 @@ def test_a_wrong_vmap_rule_does_not_corrupt_the_truth(with_reference):
 
 def test_kept_patterns_are_bounded_in_bytes_oldest_dropped_first(monkeypatch):
     from lib.engine import planning as numerical
+    from lib.sizes import array_bytes
 
-    monkeypatch.setattr(numerical, "_STRUCTURES", numerical.OrderedDict())
+    softmax = lambda t: t.softmax(-1)  # noqa: E731
     x = torch.randn(8, 16, dtype=torch.float64)
-    one = sum(a.nbytes for arrays in numerical._fresh_structures(lambda t: t.softmax(-1), (x,), 2**26, "a")
-              for a in arrays)
-    monkeypatch.setattr(numerical, "_STRUCTURES_BYTES", int(1.5 * one))  # room for one such pattern, not two
-    numerical._fresh_structures(lambda t: t.softmax(-1), (x,), 2**26, "b")
-    assert list(numerical._STRUCTURES) == [numerical._full_key("b", (x,))]
-    assert numerical._structures_bytes() <= numerical._STRUCTURES_BYTES
+    numerical.forget_patterns()
+    assert numerical.kept_patterns_bytes() == 0
+    (plan,) = plan_differences(softmax, softmax, (x,), 1e-6, structure_key="a")
+    one = array_bytes((plan.rows, plan.cols, plan.colors))  # what is kept: the plan's own pattern, whole buffers
+    assert plan.structured and numerical.kept_patterns_bytes() == one
+    # the limit is a constant with no setter: lowered here to room for one such pattern, not two
+    monkeypatch.setattr(numerical, "_STRUCTURES_BYTES", int(1.5 * one))
+    assert numerical.kept_patterns_limit() == int(1.5 * one)
+    plan_differences(softmax, softmax, (x,), 1e-6, structure_key="b")
+    assert numerical.kept_patterns_bytes() == one <= numerical.kept_patterns_limit()  # one of the two kept
+    calls = []
+    real = numerical.jacobian_patterns
+    monkeypatch.setattr(numerical, "jacobian_patterns", lambda *a, **k: calls.append(1) or real(*a, **k))
+    plan_differences(softmax, softmax, (x,), 1e-6, structure_key="b")
+    assert calls == []  # the newest, "b", is the one kept ...
+    plan_differences(softmax, softmax, (x,), 1e-6, structure_key="a")
+    assert calls == [1]  # ... the oldest, "a", was dropped

@@ -8,7 +8,8 @@ import pytest
 from lib.app import plugins
 from lib.engine.pipeline import compare_gradients
 from lib.engine.report import Failure
-from lib.app.family import _REGISTRY, families, get_family
+from lib.app.family import families, get_family
+from tests.registry import restore
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = str(ROOT / "examples" / "my_functions.py")
@@ -21,8 +22,7 @@ def clean_registry():
     before = dict(families())  # built-ins imported first
     loaded = dict(plugins._LOADED)
     yield
-    _REGISTRY.clear()
-    _REGISTRY.update(before)
+    restore(before)
     plugins._LOADED.clear()
     plugins._LOADED.update(loaded)
 

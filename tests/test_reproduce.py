@@ -48,7 +48,7 @@ def users(tmp_path_factory):
     a copy of its module outside the repository, under a file name that is not a Python name;
     families declared here do not outlive this module's tests."""
     before = dict(families())
-    assert plugins.load(str(EXAMPLE)).families == ("swish", "clamp")
+    assert plugins.load(str(EXAMPLE)).families == ("swish", "clamp", "row max", "cross entropy")
     copy = tmp_path_factory.mktemp("user") / "plain-functions.py"
     shutil.copy(FIXTURE, copy)
     spec = importlib.util.spec_from_file_location("gradient_lab_user_plain_functions_test", copy)  # as lib.app.plugins names it

@@ -115,7 +115,7 @@ def test_near_zero_and_noise_sweeps_keep_the_other_perturbations():
 def one_input_toy():
     family = registry.register(broken_square_family())
     yield Case(family=family.name, formulas=("broken",), shape=(4, 5))
-    registry._REGISTRY.pop(family.name)
+    assert registry.unregister(family.name) is family
 
 
 def test_settings_where_a_sweep_cannot_apply_say_so(one_input_toy):

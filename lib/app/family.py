@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from lib.engine.pipeline import Problem, problem
-from lib.engine.signature import as_tuple, differentiable_outputs
+from lib.engine.signature import as_tuple, differentiable, differentiable_outputs
 
 Tensor = torch.Tensor
 
@@ -92,6 +92,10 @@ class Family:
                        self.input_names, self.loss, outputs=self.output_names, constants=self.constants,
                        structure_key=self.structure_key(params))
 
+    def differentiates(self, index: int, value: Any) -> bool:
+        """Whether input ``index`` (holding ``value``) is one the verdict differentiates."""
+        return differentiable(value) and self.input_names[index] not in self.constants
+
     def objective(self, outputs: Any) -> Tensor:
         """The family's loss of a formula's output(s): of its differentiable outputs, in order."""
         outputs = as_tuple(outputs)
@@ -114,6 +118,11 @@ def register(family: Family) -> Family:
     """Make ``family`` known to the app; a later registration of the same name replaces it."""
     _REGISTRY[family.name] = family
     return family
+
+
+def unregister(name: str) -> Family | None:
+    """Forget the family ``name`` (a test's, say); the family it was, or None if none was."""
+    return _REGISTRY.pop(name, None)
 
 
 def families() -> dict[str, Family]:
@@ -140,7 +149,7 @@ def _same_shaped_normals(names: tuple[str, ...]) -> Callable[..., tuple[Tensor, 
     return build_inputs
 
 
-def _sum_of_outputs(*outputs: Tensor) -> Tensor:
+def sum_of_outputs(*outputs: Tensor) -> Tensor:
     return sum(o.sum() for o in outputs)
 
 
@@ -185,7 +194,7 @@ def declare(
             formulas={n: Formula(n, as_callable(f), "correct by declaration" if n in correct else "under test", latex.get(n, ""), n in correct)
                       for n, f in formulas.items()},
             build_inputs=build_inputs or _same_shaped_normals(tuple(inputs)),
-            loss=loss or _sum_of_outputs,
+            loss=loss or sum_of_outputs,
             params=dict(params or {}),
             output_names=tuple(outputs),
             constants=tuple(constants),

@@ -241,18 +241,23 @@ MAX_ENTRIES_BY_HAND = 200_000  # hypotheses that walk the entries in Python stop
 
 
 def _transposed(verdict, a, t, finite, inputs, tolerances) -> Finding | None:
-    """A(r, c) = T(c, r): for an input whose Jacobian is square."""
+    """A(r, c) = T(c, r): for an input whose Jacobian is square (as many outputs as elements), and
+    where the transposed truth is not zero on the pattern (a backward that gives 0 there is not
+    "transposed")."""
     if a.size > MAX_ENTRIES_BY_HAND:
         return None
+    outputs = int(np.prod(verdict.output_shape)) if verdict.output_shape else 1
     for e in verdict.entries:
         size = int(np.prod(e.shape)) if e.shape else 1
-        if size != e.values["analytic"].size and size * size < e.values["analytic"].size:
+        if size != outputs:
             continue
         truth = _truth(e.values)
         lookup = {(int(r), int(c)): v for r, c, v in zip(e.rows, e.cols, truth)}
         if not lookup or max(int(e.rows.max()), int(e.cols.max())) >= size * 4:
             continue
         swapped = np.array([lookup.get((int(c), int(r)), 0.0) for r, c in zip(e.rows, e.cols)])
+        if not np.any(swapped[np.isfinite(swapped)] != 0):
+            continue
         if not _explains(e.values["analytic"], truth, tolerances) and _explains(e.values["analytic"], swapped, tolerances):
             return Finding("transposed", f"the Jacobian of {e.name} is transposed", f"analytic entry (r, c) = true entry (c, r) for {e.name}")
     return None
@@ -395,7 +400,7 @@ def _rolled(verdict, tolerances) -> Finding | None:
     for axis in range(len(shape)):
         for shift in (1, -1):
             def rolled_matches(probe) -> bool:
-                u = np.roll(probe.upstream.reshape(shape), shift, axis=axis).reshape(-1)
+                u = np.roll(probe.upstream.reshape(shape), shift, axis=axis).reshape(-1)  # noqa: B023 - called at once, below
                 for i, e in enumerate(verdict.entries):
                     predicted = np.bincount(e.cols, weights=np.nan_to_num(u[e.rows] * _truth(e.values)),
                                             minlength=probe.products["analytic"][i].size)
@@ -432,7 +437,7 @@ def _rank_one_term(verdict, tolerances) -> Finding | None:
             continue
         blocks: dict[tuple, list[int]] = {}
         cols_of_row: dict[int, list[int]] = {}
-        for k, (r, c) in enumerate(zip(e.rows.tolist(), e.cols.tolist())):
+        for k, (r, _c) in enumerate(zip(e.rows.tolist(), e.cols.tolist())):
             cols_of_row.setdefault(r, []).append(k)
         for r, ks in cols_of_row.items():
             blocks.setdefault(tuple(sorted(e.cols[ks].tolist())), []).append(r)

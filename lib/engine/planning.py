@@ -110,13 +110,69 @@ def jacobian_patterns(reference: Callable[..., Tensor], inputs: Sequence[Tensor]
     """For each input, (row, col) of every entry of the reference's Jacobian that is not 0.
 
     Read at a jittered point with NaN and Inf replaced, so that neither a zero holding only at this
-    point (a zero row, say) nor a NaN spreading through 0·NaN is taken for structure."""
+    point (a zero row, say) nor a NaN spreading through 0·NaN is taken for structure. Where every
+    input element feeds one output at most (reductions along a dim, elementwise functions), a few
+    backward calls read the whole pattern (``_one_row_patterns``); else one row per output."""
+    point = jittered_point(inputs, jitter)
+    compressed = _one_row_patterns(reference, point)
+    if compressed is not None:
+        return compressed
     found: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in inputs]
-    for start, per_input in jacobian_rows(reference, jittered_point(inputs, jitter), budget_bytes):
+    for start, per_input in jacobian_rows(reference, point, budget_bytes):
         for entries, rows in zip(found, per_input):
             r, c = torch.nonzero(rows != 0, as_tuple=True)
             entries.append(((r + start).cpu().numpy().astype(INDEX), c.cpu().numpy().astype(INDEX)))
     return [(np.concatenate([r for r, _ in e]), np.concatenate([c for _, c in e])) for e in found]
+
+
+def _one_row_patterns(reference: Callable[..., Tensor], point: Sequence[Tensor]) -> list[tuple[np.ndarray, np.ndarray]] | None:
+    """The pattern of each input's Jacobian at ``point`` from 2·⌈log2 m⌉ backward calls, where
+    every input element feeds one output at most; None where one feeds several (or the calls fail).
+
+    Upstream pair b holds random positive weights on the outputs whose index has bit b set, and
+    on those whose index has it clear. An element feeding no output is 0 in every product; one
+    feeding one output r is not 0 in exactly one of each pair, and the pairs spell r in binary
+    (one term each: a nonzero entry times a weight >= 1 is not 0). An element feeding two
+    outputs is not 0 on both sides of a bit where their indices differ (one term each side, so
+    it cannot cancel) and is never taken for one feeding one output. Whatever comes of it is
+    checked like any pattern: it must reproduce plain differences along random directions."""
+    xs = [x.detach().requires_grad_() for x in point]
+    try:
+        with torch.enable_grad():
+            y = reference(*xs)
+        m = y.numel()
+        bits = max(1, (m - 1).bit_length())
+        if 2 * bits >= m or not y.requires_grad:  # a row per output is as cheap, or nothing to read here
+            return None
+        weight = 1 + torch.rand(m, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+        set_bits = ((torch.arange(m)[None, :] >> torch.arange(bits)[:, None]) & 1).bool()  # (bits, m)
+        upstreams = (torch.cat([set_bits, ~set_bits]) * weight).to(dtype=y.dtype, device=y.device).reshape(2 * bits, *y.shape)
+        try:
+            grads = torch.autograd.grad(y, xs, upstreams, is_grads_batched=True, allow_unused=True)
+        except Exception:  # noqa: BLE001 - a backward without a vmap rule: one call per upstream
+            per = [torch.autograd.grad(y, xs, u, retain_graph=True, allow_unused=True) for u in upstreams]
+            grads = [None if all(g[i] is None for g in per) else
+                     torch.stack([g[i] if g[i] is not None else torch.zeros_like(x) for g in per]) for i, x in enumerate(xs)]
+    except Exception:  # noqa: BLE001 - read row by row instead, where the failure is told
+        return None
+    found = []
+    place = (1 << torch.arange(bits, dtype=torch.int64))[:, None]
+    for g, x in zip(grads, xs):
+        if g is None:  # the output does not depend on this input at all
+            found.append((np.zeros(0, dtype=INDEX), np.zeros(0, dtype=INDEX)))
+            continue
+        nonzero = (g.reshape(2 * bits, -1) != 0).cpu()
+        on, off = nonzero[:bits], nonzero[bits:]
+        touched = (on | off).any(0)
+        if not bool(((on ^ off).all(0) | ~touched).all()):  # an element feeding several outputs
+            return None
+        cols = torch.nonzero(touched, as_tuple=True)[0]
+        rows = (on[:, cols].to(torch.int64) * place).sum(0)
+        if rows.numel() and int(rows.max()) >= m:
+            return None
+        order = torch.argsort(rows * x.numel() + cols)  # row by row, as the rows are read
+        found.append((rows[order].numpy().astype(INDEX), cols[order].numpy().astype(INDEX)))
+    return found
 
 
 def row_colors(patterns: Sequence[tuple[np.ndarray, np.ndarray]], sizes: Sequence[int], n_outputs: int) -> np.ndarray:
@@ -279,6 +335,21 @@ def _fresh_structures(reference, inputs, budget_bytes: int, key: Hashable | None
     return found
 
 
+def forget_patterns() -> None:
+    """Drop every kept pattern: the next plan for any key reads its pattern afresh."""
+    _STRUCTURES.clear()
+
+
+def kept_patterns_bytes() -> int:
+    """The bytes the kept patterns take now (rows, cols and colours): at most ``kept_patterns_limit()``."""
+    return _structures_bytes()
+
+
+def kept_patterns_limit() -> int:
+    """The most bytes the kept patterns may take together; the oldest are dropped to stay within it."""
+    return _STRUCTURES_BYTES
+
+
 def _union(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray], n_cols: int) -> tuple[np.ndarray, np.ndarray]:
     flat = np.unique(np.concatenate([a[0] * n_cols + a[1], b[0] * n_cols + b[1]]))
     return flat // n_cols, flat % n_cols
@@ -314,3 +385,15 @@ def _checked_plans(function, reference, inputs, base: Sequence[DifferencePlan], 
                      if plan.values is not None and reproduces(plan, rows, cols, plan.values) else None)
     return plans
 
+
+
+def pattern_entries(reference: Callable[..., Tensor], inputs: Sequence[Tensor], budget_bytes: int, cap: int) -> list[int] | None:
+    """The plan's size before it is made: how many entries of each input's Jacobian the pattern
+    holds (the reference's entries that are not 0 at the jittered point where ``jacobian_patterns``
+    reads them), counted chunk by chunk and never kept; None once more than ``cap``."""
+    counts = [0] * len(inputs)
+    for _, rows in jacobian_rows(reference, jittered_point(inputs), budget_bytes):
+        counts = [count + int(torch.count_nonzero(r)) for count, r in zip(counts, rows)]
+        if sum(counts) > cap:
+            return None
+    return counts

@@ -91,7 +91,7 @@ def loss_gradient(family: Family, inputs: Sequence[Tensor], params: dict, index:
     """d loss / d input[index] through ``formula``'s backward (None: the reference's autograd)."""
     xs = [x.detach().requires_grad_(i == index) for i, x in enumerate(inputs)]
     with torch.enable_grad():
-        loss = family.loss(family.run(formula, tuple(xs), **params))
+        loss = family.objective(family.run(formula, tuple(xs), **params))
         (gradient,) = torch.autograd.grad(loss, xs[index], allow_unused=True)
     return torch.zeros_like(inputs[index]) if gradient is None else gradient
 
@@ -113,6 +113,9 @@ def make_plane(
     features span the "input plane" (needs feature size 2)."""
     if not 0 <= index < len(inputs):
         raise LabError(f"There is no input {index}: {family.title} has {len(inputs)}.")
+    if not family.differentiates(index, inputs[index]):
+        raise LabError(f"{family.input_names[index]} is not differentiated (an integer, boolean or declared-constant input), "
+                       "so there is no plane to move it on: pick another input.")
     x = inputs[index].detach()
     name = family.input_names[index]
     # its own stream: seeded like the inputs, a plane would otherwise repeat the inputs themselves
@@ -200,7 +203,7 @@ def losses_at(
 
     def loss_at(point: Tensor) -> Tensor:
         xs = (*inputs[: plane.index], point, *inputs[plane.index + 1 :])
-        return family.loss(family.run(formula, xs, **params))
+        return family.objective(family.run(formula, xs, **params))
 
     chunk = chunk_points(x.numel(), x.element_size(), budget_bytes)
     buffer = torch.empty((min(chunk, coefficients.shape[0]), *x.shape), dtype=x.dtype, device=x.device)
@@ -291,7 +294,7 @@ def gradients_at(
     try:  # torch.func's own grad under vmap, for Functions that support both
         def loss_at(point: Tensor) -> Tensor:
             xs = (*inputs[: plane.index], point, *inputs[plane.index + 1 :])
-            return family.loss(family.run(formula, xs, **params))
+            return family.objective(family.run(formula, xs, **params))
 
         return torch.func.vmap(torch.func.grad(loss_at))(points)
     except Exception:  # noqa: BLE001 - legacy Functions: their backward, point by point

@@ -75,8 +75,16 @@ def _rotate_towards(target: Tensor, angle_deg: float, generator: torch.Generator
 
 
 def apply_perturbation(inputs: tuple[Tensor, ...], perturbation: Perturbation, *, dim: int = -1, eps: float = 1e-8, seed: int = 0) -> tuple[Tensor, ...]:
-    """The inputs with ``perturbation`` applied (new tensors; the given ones are not changed)."""
+    """The inputs with ``perturbation`` applied (new tensors; the given ones are not changed).
+    "Input 1" and "input 2" are the first two floating-point inputs: integer targets and boolean
+    masks pass through as they are."""
     if not perturbation.active:
+        return inputs
+    floating = [i for i, x in enumerate(inputs) if x.is_floating_point()]
+    if len(floating) < len(inputs):
+        moved = iter(apply_perturbation(tuple(inputs[i] for i in floating), perturbation, dim=dim, eps=eps, seed=seed))
+        return tuple(next(moved) if i in floating else x for i, x in enumerate(inputs))
+    if not inputs:
         return inputs
     p = perturbation
     if p.align not in ALIGNMENTS:

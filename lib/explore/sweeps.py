@@ -195,12 +195,13 @@ def point_gradients(case: Case, formulas: Sequence[str]) -> tuple[list[np.ndarra
     gradients in the case's dtype, as float64 numpy arrays; a formula that raises gives its message."""
     family, params = case.get_family(), case.param_values()
     inputs = case.inputs()
-    upcast = tuple(_float64(x) for x in inputs)
-    truth = [loss_gradient(family, upcast, params, i, None).numpy() for i in range(len(inputs))]
+    upcast = tuple(_float64(x) if x.is_floating_point() else x for x in inputs)
+    moving = [i for i, x in enumerate(inputs) if family.differentiates(i, x)]
+    truth = [loss_gradient(family, upcast, params, i, None).numpy() for i in moving]
     analytic: dict[str, list[np.ndarray] | str] = {}
     for formula in formulas:
         try:
-            analytic[formula] = [_float64(loss_gradient(family, inputs, params, i, formula)).numpy() for i in range(len(inputs))]
+            analytic[formula] = [_float64(loss_gradient(family, inputs, params, i, formula)).numpy() for i in moving]
         except Exception as error:  # noqa: BLE001 - the formula under test may be broken
             analytic[formula] = f"{type(error).__name__}: {error}"
     return truth, analytic

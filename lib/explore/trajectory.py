@@ -82,7 +82,7 @@ def _run(family, inputs, params, index, formula, optimizer, lr, steps, plane) ->
     for step in range(steps + 1):
         positions[step] = x.detach().double().reshape(-1).cpu().numpy()
         with torch.no_grad():
-            losses[step] = float(family.loss(family.run(truth_formula, current(), **params)))
+            losses[step] = float(family.objective(family.run(truth_formula, current(), **params)))
         if step == steps:
             break
         try:

@@ -149,10 +149,19 @@ title = $title_repr
 formula = $formula_repr
 names = $names
 params = $params  # the family's params, passed as keywords as the app does
+WRT = $wrt  # the inputs that are differentiated (the others: integer targets, masks, constants, as they are)
+KEPT = $kept  # the outputs whose gradient is checked (the others: integer, or marked non-differentiable)
+
+
+def packed(outputs):
+    """The checked outputs as one tensor: one as it is, several flattened and concatenated."""
+    outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
+    kept = [outputs[k] for k in KEPT]
+    return kept[0] if len(kept) == 1 else torch.cat([o.reshape(-1) for o in kept])
 
 
 def formula_function(*xs):
-    return $formula_call(*xs, **params)
+    return packed($formula_call(*xs, **params))
 $reference_function
 
 def load(blob):
@@ -181,12 +190,13 @@ for name, x in zip(names, inputs):
 
 
 def gradients(function):
-    """The output of ``function`` on the inputs, and upstream · d output / d input for each input,
-    by autograd through its backward (zeros for an input the output does not use)."""
-    xs = tuple(x.detach().requires_grad_() for x in inputs)
+    """The output of ``function`` on the inputs, and upstream · d output / d input for each input
+    in WRT, by autograd through its backward (zeros for an input the output does not use)."""
+    xs = tuple(x.detach().requires_grad_() if k in WRT else x for k, x in enumerate(inputs))
     y = function(*xs)
-    grads = torch.autograd.grad(y, xs, upstream.to(y.dtype), allow_unused=True)
-    return y.detach(), [torch.zeros_like(x) if g is None else g for x, g in zip(xs, grads)]
+    wrt = [xs[k] for k in WRT]
+    grads = torch.autograd.grad(y, wrt, upstream.to(y.dtype), allow_unused=True)
+    return y.detach(), [torch.zeros_like(x) if g is None else g for x, g in zip(wrt, grads)]
 
 
 def float64(t):
@@ -198,7 +208,7 @@ output, analytic = gradients(formula_function)
 $truth_block
 # 3. How far apart they are (NaN/Inf elements left out), input by input, and their cosine over all
 #    inputs together (-1: the gradient points exactly the wrong way).
-for name, a, t in zip(names, analytic, truth):
+for name, a, t in zip([names[k] for k in WRT], analytic, truth):
     difference = (float64(a) - float64(t)).abs()
     difference = difference[difference.isfinite()]
     largest = difference.max().item() if difference.numel() else float("nan")
@@ -213,7 +223,8 @@ print(f"cosine(analytic, $truth_name) = {cosine!r}")
 # 4. PyTorch's own check of the formula, in float64: finite differences of its forward against its
 #    backward, column by column of the whole Jacobian (fast_mode=False).
 check_device = device if device.type != "mps" else torch.device("cpu")  # MPS has no float64
-xs64 = tuple(x.detach().to(device=check_device, dtype=torch.float64).requires_grad_() for x in inputs)
+xs64 = tuple(x.detach().to(device=check_device, dtype=torch.float64).requires_grad_() if k in WRT else x.to(check_device)
+             for k, x in enumerate(inputs))
 passed = torch.autograd.gradcheck(
     formula_function, xs64, eps=$step64, atol=$atol64, rtol=$rtol64, fast_mode=False, raise_exception=False,
 )
@@ -223,7 +234,7 @@ print(f"gradcheck (float64, fast_mode=False): {passed}")
 _REFERENCE_FUNCTION = '''
 
 def reference_function(*xs):
-    return {call}(*xs, **params)
+    return packed({call}(*xs, **params))
 '''
 
 _REFERENCE_TRUTH = '''
@@ -242,7 +253,9 @@ def numerical(function):
     v = float64(upstream).flatten()
     grads = []
     with torch.no_grad():
-        for k, x in enumerate(inputs):
+        for k in WRT:
+            x = inputs[k]
+
             def at(z):
                 return function(*inputs[:k], z.reshape(x.shape), *inputs[k + 1:])
             flat, gradient = x.reshape(-1), torch.zeros(x.numel(), dtype=torch.float64)
@@ -269,17 +282,19 @@ def _formula_code(function) -> tuple[object, str]:
 
 
 def _inputs_and_upstream(case: Case, family, formula: str, params: dict):
-    """The case's inputs (built on the CPU when its device cannot be used here) and the upstream
-    gradient the engine draws: choose_upstream at the reference's output, else the formula's."""
+    """The case's inputs (built on the CPU when its device cannot be used here), the formula in the
+    engine's canonical form on them, and the upstream gradient the engine draws: choose_upstream at
+    the reference's (packed) output, else the formula's."""
     built_on = case if device_problem(case.device) is None else dataclasses.replace(case, device="cpu")
     inputs = tuple(x.detach() for x in built_on.inputs())
+    problem = family.problem(formula, inputs, params)
     with torch.no_grad():
         try:
-            output = family.run(None if family.reference is not None else formula, inputs, **params)
+            output = (problem.reference or problem.function)(*problem.inputs) if problem.signature is not None else None
         except Exception:  # noqa: BLE001 - a formula that raises: the script shows the error itself
             output = None
-    upstream = choose_upstream(case.upstream, family.loss, output, case.seed) if output is not None else None
-    return built_on, inputs, upstream
+    upstream = choose_upstream(case.upstream, problem.loss, output, case.seed) if output is not None else None
+    return built_on, inputs, upstream, problem
 
 
 def _sources(family, formula: str) -> tuple[list[str], list[str], list[str], str, str | None]:
@@ -324,7 +339,8 @@ def python_snippet(case: Case, formula: str) -> str:
         raise LabError(f"{family.title} has no formula {formula!r}; it has: {', '.join(family.formulas)}.")
     params = case.param_values()
     imports, paths, modules, formula_call, reference_call = _sources(family, formula)
-    built_on, inputs, upstream = _inputs_and_upstream(case, family, formula, params)
+    built_on, inputs, upstream, problem = _inputs_and_upstream(case, family, formula, params)
+    signature = problem.signature
     if upstream is None:  # the formula raised and there is no reference: the script raises there too
         upstream = torch.ones(())
     tolerances = default_tolerances(case.torch_dtype(), step=case.step, atol=case.atol, rtol=case.rtol)
@@ -335,7 +351,8 @@ def python_snippet(case: Case, formula: str) -> str:
              f"wherever Python finds {'them' if many else 'it'} (PYTHONPATH, the working directory), else from where "
              f"{'they were' if many else 'it was'} when this script was written (the directories below, searched last).")
     if any(line.startswith("LAB_DIR") for line in paths):
-        needs += f" {' and '.join(m for m in modules if m.split('.')[0] != 'lib')} imports Gradient Lab's lib (for lib.app.family.declare): LAB_DIR says where it was."
+        needs += (f" {' and '.join(m for m in modules if m.split('.')[0] != 'lib')} imports Gradient Lab's lib "
+                  "(for lib.app.family.declare): LAB_DIR says where it was.")
     if reference_call:
         truth_name, truth_words = "reference", "the gradient of the family's reference, by autograd through its plain torch ops."
         truth_block = _REFERENCE_TRUTH
@@ -359,6 +376,8 @@ def python_snippet(case: Case, formula: str) -> str:
         imports="\n".join(imports),
         case="\n".join("# " + line for line in case_source(case).splitlines()),
         names=repr(tuple(family.input_names)),
+        wrt=repr(signature.wrt if signature else tuple(range(len(inputs)))),
+        kept=repr(signature.kept if signature else (0,)),
         params=repr(params),
         formula_call=formula_call,
         reference_function=_REFERENCE_FUNCTION.format(call=reference_call) if reference_call else "",

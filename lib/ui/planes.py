@@ -24,9 +24,10 @@ def plane_controls(prefix: str, case: Case, sizes: Sequence[int], columns: Seque
 
     plane_col, input_col, extra_a, extra_b, span_col = columns
     names = case.get_family().input_names
+    movable = views.moving_inputs(case)
     default_mode = "input plane" if case.shape[-1] == 2 else "random"
     mode = plane_col.selectbox("Plane", PLANE_MODES, index=PLANE_MODES.index(default_mode), key=f"{prefix}_plane", bind=URL, help=PLANE_HELP)
-    index = names.index(input_col.selectbox("Input that moves", names, key=f"{prefix}_input", bind=URL, help="The other inputs stay where they are."))
+    index = names.index(input_col.selectbox("Input that moves", movable, key=f"{prefix}_input", bind=URL, help="The other inputs stay where they are."))
     size = sizes[index] if index < len(sizes) else 0
     seed, coordinates, row = 0, (0, 1), 0
     if mode in ("random", "gradient"):

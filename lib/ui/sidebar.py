@@ -181,7 +181,8 @@ def sidebar_case() -> Case:
     st.header("Case")
     family = known[st.selectbox("Family", list(known), key="family", bind=URL, help=" · ".join(f"{n}: {f.title}" for n, f in known.items()))]
     formulas = st.multiselect("Formulas to compare", list(family.formulas), default=default_formulas(family),
-                              key=f"formulas_{family.name}", bind=URL, help="Each formula is a custom autograd.Function; the reference is autograd through PyTorch's own ops.")
+                              key=f"formulas_{family.name}", bind=URL,
+                              help="Each formula is a custom autograd.Function; the reference is autograd through PyTorch's own ops.")
 
     st.subheader("Shape")
     rows = st.number_input("Rows (batch)", 1, MAX_ROWS, 8, key="rows", bind=URL)

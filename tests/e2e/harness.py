@@ -503,7 +503,7 @@ async def _a_session(browser, base: str, session: Session, workload: Workload, t
                 if not await thumb.is_visible():
                     await page.locator(f"[data-testid='stExpander']:has({widget(key)}) summary").click()
                 await thumb.focus()
-                await _a_change(page, session, lambda: thumb.press("ArrowRight" if direction > 0 else "ArrowLeft"), timeout)
+                await _a_change(page, session, lambda: thumb.press("ArrowRight" if direction > 0 else "ArrowLeft"), timeout)  # noqa: B023 - called at once
                 step += direction
                 session.expected[key] = await thumb.get_attribute("aria-valuetext")
                 session.expected_url[key] = query_of(page.url).get(key, "")

@@ -33,7 +33,7 @@ def assert_corrected_is_reference(family: Family, x: torch.Tensor, *, rtol=1e-12
     got = derivatives(lambda t: family.run("corrected", (t,), **params), x)
     want = derivatives(lambda t: family.run(None, (t,), **params), x)
     for what, a, b in zip(("values", "gradients", "second derivatives"), got, want):
-        torch.testing.assert_close(a, b, rtol=rtol, atol=atol, msg=lambda m: f"{what}: {m}")
+        torch.testing.assert_close(a, b, rtol=rtol, atol=atol, msg=lambda m: f"{what}: {m}")  # noqa: B023 - called at once
 
 
 def conformance_statuses(family: Family, x: torch.Tensor, **params) -> dict[str, str]:

@@ -320,8 +320,8 @@ def test_corrected_matches_pytorch_on_its_own_opinfo_samples(dtype):
         dim, eps = sample.kwargs.get("dim", 1), sample.kwargs.get("eps", 1e-8)
         x1, x2 = sample.input.detach(), sample.args[0].detach()
         derivatives = []
-        for function in (lambda a, b: CosineSimilarityFunction.apply(a, b, dim, eps),
-                         lambda a, b: torch.nn.functional.cosine_similarity(a, b, dim=dim, eps=eps)):
+        for function in (lambda a, b: CosineSimilarityFunction.apply(a, b, dim, eps),  # noqa: B023 - called in this iteration
+                         lambda a, b: torch.nn.functional.cosine_similarity(a, b, dim=dim, eps=eps)):  # noqa: B023 - called in this iteration
             a, b = x1.clone().requires_grad_(), x2.clone().requires_grad_()
             y = function(a, b)
             v = torch.linspace(-1, 1, y.numel(), dtype=dtype).reshape(y.shape)
@@ -329,4 +329,4 @@ def test_corrected_matches_pytorch_on_its_own_opinfo_samples(dtype):
             second = torch.autograd.grad(sum((g * g).sum() for g in grads), (a, b))
             derivatives.append((y, *grads, *second))
         for ours, theirs in zip(*derivatives):
-            torch.testing.assert_close(ours, theirs, **tol, msg=lambda m: f"{sample.input.shape}, {sample.kwargs}: {m}")
+            torch.testing.assert_close(ours, theirs, **tol, msg=lambda m: f"{sample.input.shape}, {sample.kwargs}: {m}")  # noqa: B023 - called at once

@@ -6,10 +6,11 @@ from pathlib import Path
 import pytest
 
 from lib.app import plugins
-from lib.app.family import _REGISTRY, families
+from lib.app.family import families
 from lib.ui.compute import INTERNAL_ERROR
 from tests.contract_zoo import BROKEN
 from tests.pages.conftest import app
+from tests.registry import restore
 
 PAGE = "pages/6_Anatomy.py"
 MODULE = str(Path(__file__).resolve().parents[1] / "fixtures" / "contract_breakers.py")
@@ -21,8 +22,7 @@ def contract(monkeypatch):
     plugins._LOADED.clear()
     monkeypatch.setenv("GRADIENT_LAB_FUNCTIONS", MODULE)
     yield
-    _REGISTRY.clear()
-    _REGISTRY.update(before)
+    restore(before)
     plugins._LOADED.clear()
     plugins._LOADED.update(loaded)
 
@@ -88,7 +88,6 @@ def test_a_formula_without_a_custom_function_is_said_so(monkeypatch, tmp_path):
         no_crash(at)
         assert "runs no custom autograd.Function" in at.info[0].value and not at.success
     finally:
-        _REGISTRY.clear()
-        _REGISTRY.update(before)
+        restore(before)
         plugins._LOADED.clear()
         plugins._LOADED.update(loaded)

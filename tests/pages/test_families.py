@@ -7,14 +7,15 @@ from pathlib import Path
 import pytest
 
 from lib.app import plugins
-from lib.app.family import _REGISTRY, families
+from lib.app.family import families
 from lib.ui.compute import INTERNAL_ERROR
 from tests.pages.conftest import app
+from tests.registry import restore
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULES = [str(ROOT / "examples" / "my_functions.py"), str(ROOT / "tests" / "fixtures" / "two_inputs.py")]
 PAGES = [None, "pages/1_Gradient_check.py", "pages/2_Gradient_field.py", "pages/3_Loss_surface.py",
-         "pages/4_Perturbation_lab.py", "pages/5_Training.py"]
+         "pages/4_Perturbation_lab.py", "pages/5_Training.py", "pages/6_Anatomy.py"]
 SMALL = {"rows": "3", "features": "4"}
 TEXT_KINDS = ("title", "header", "subheader", "markdown", "caption", "info", "warning", "error", "success", "latex", "code")
 COSINE_WORDS = ("tutorial", "‖x1‖", "★", "1/(‖x1‖‖x2‖)")  # the specimen's own words
@@ -27,8 +28,7 @@ def user_families():
         result = plugins.load(module)
         assert result.error is None, result.error
     yield families()
-    _REGISTRY.clear()
-    _REGISTRY.update(before)
+    restore(before)
     plugins._LOADED.clear()
     plugins._LOADED.update(loaded)
 

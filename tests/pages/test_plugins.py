@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 
 from lib.app import plugins
-from lib.app.family import _REGISTRY, families
+from lib.app.family import families
 from tests.pages.conftest import app, messages
+from tests.registry import restore
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = str(ROOT / "examples" / "my_functions.py")
@@ -21,8 +22,7 @@ def clean_registry(monkeypatch):
     plugins._LOADED.clear()
     monkeypatch.delenv("GRADIENT_LAB_FUNCTIONS", raising=False)
     yield
-    _REGISTRY.clear()
-    _REGISTRY.update(before)
+    restore(before)
     plugins._LOADED.clear()
     plugins._LOADED.update(loaded)
 

@@ -326,7 +326,7 @@ class CosineSimilarityFunction(torch.autograd.Function):
         # ẏ = Σ (∂y/∂x1 · ẋ1 + ∂y/∂x2 · ẋ2) along dim
         d1, d2 = _weighted_partials(a1, a2, y.to(a1.dtype), torch.ones((), dtype=a1.dtype, device=a1.device), d, ctx.eps)
         out = torch.zeros_like(y)
-        for partial, tangent, x in ((d1, t1, x1), (d2, t2, x2)):
+        for partial, tangent in ((d1, t1), (d2, t2)):
             if tangent is not None:
                 t = tangent.to(a1.dtype).reshape((1,) * (a1.dim() - tangent.dim()) + tuple(tangent.shape))
                 out = out + (partial * t).sum(d).reshape(y.shape).to(y.dtype)

@@ -133,7 +133,8 @@ def gradient_field_figure(field: GradientField, surface: Surface | None = None) 
         aa, bb = np.meshgrid(field.a, field.b)
         fig.add_trace(go.Scatter(x=aa.ravel(), y=bb.ravel(), mode="markers", marker={"size": 3, "color": color_for(formula, position)},
                                  showlegend=False, name=formula, customdata=np.stack([da.ravel(), db.ravel(), np.hypot(da, db).ravel()], axis=1),
-                                 hovertemplate=f"{formula}<br>a=%{{x:.3g}}, b=%{{y:.3g}}<br>−∇·u=%{{customdata[0]:.4g}}<br>−∇·v=%{{customdata[1]:.4g}}<br>length %{{customdata[2]:.4g}}<extra></extra>"))
+                                 hovertemplate=f"{formula}<br>a=%{{x:.3g}}, b=%{{y:.3g}}<br>−∇·u=%{{customdata[0]:.4g}}<br>−∇·v=%{{customdata[1]:.4g}}"
+                                               "<br>length %{customdata[2]:.4g}<extra></extra>"))
     fig.add_trace(go.Scatter(x=[field.center[0]], y=[field.center[1]], mode="markers", name="current point",
                              marker={"symbol": "x", "size": 12, "color": "black"}))
     if field.target is not None:
