@@ -30,8 +30,8 @@ with ui.guard("This page"):
             "evaluations": st.column_config.NumberColumn("forward evaluations", help="spent on finite differences"),
         })
         for report in reports:
-            st.markdown(f"{ui.badge(report.verdict.outcome)} **{report.formula}**: {ui.sentence(report.verdict.summary)}  \n"
-                        + (f"{ui.badge(report.second_order.outcome)} second order: {ui.sentence(report.second_order.summary)}" if report.second_order else ""))
+            st.markdown(f"{ui.badge(report.verdict.outcome)} **{report.formula}**: {ui.sentence(report.verdict.text)}  \n"
+                        + (f"{ui.badge(report.second_order.outcome)} second order: {ui.sentence(report.second_order.text)}" if report.second_order else ""))
         broken = ui.compute(views.contract_problems, case, what="Checking each Function's contract…")
         for formula, rules in (broken or {}).items():
             st.markdown(f":red-badge[contract] **{formula}** breaks the Function contract: "

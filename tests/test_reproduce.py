@@ -1,12 +1,16 @@
 """The reproduction script runs with nothing but torch and the formula's module, from anywhere, and
-prints the engine's numbers."""
+prints the engine's numbers (two scripts in their own process; the others in this one, as Python
+runs a file, leaving nothing behind)."""
 
+import contextlib
 import importlib.util
+import io
 import os
 import re
 import shutil
 import subprocess
 import sys
+import traceback
 
 import numpy as np
 import pytest
@@ -16,9 +20,10 @@ from lib.app import plugins
 from lib.app.case import Case
 from lib.app.views import compare_case
 from lib.errors import LabError
-from lib.app.family import _REGISTRY, declare, families
+from lib.app.family import declare, families
 from lib.explore.perturb import Perturbation
 from lib.present.reproduce import REPOSITORY, case_source, file_name, python_snippet
+from tests.registry import families_kept, restore
 
 EXAMPLE = REPOSITORY / "examples" / "my_functions.py"
 FIXTURE = REPOSITORY / "tests" / "fixtures" / "plain_functions.py"
@@ -58,8 +63,7 @@ def users(tmp_path_factory):
     declare("plain cube", {"right": module.Cube, "scale forgotten": module.CubeScaleForgotten}, correct=("right",),
             reference=module.cube_reference, params={"scale": 1.0})
     yield copy
-    _REGISTRY.clear()
-    _REGISTRY.update(before)
+    restore(before)
     sys.modules.pop(spec.name, None)
 
 
@@ -105,25 +109,54 @@ def test_a_users_script_imports_the_users_module_by_its_file_name(users):
 def test_an_unknown_or_unimportable_formula_is_said_in_words():
     with pytest.raises(LabError, match="no formula 'nope'"):
         python_snippet(Case(), "nope")
-    before = dict(_REGISTRY)
-    try:
+    with families_kept():
         declare("lambda only", {"double": lambda x: 2 * x})
         with pytest.raises(LabError, match="cannot be imported by name"):
             python_snippet(Case(family="lambda only", formulas=("double",)), "double")
-    finally:
-        _REGISTRY.clear()
-        _REGISTRY.update(before)
+
+
+STANDALONE = ("tutorial", "swish")  # run by a python of their own; the other scripts in this process
+IN_PROCESS: dict[str, dict] = {}  # by script path: what a script run in this process changed here, and was undone
+
+
+def run_in_process(script, cwd) -> subprocess.CompletedProcess:
+    """``script`` run in this process from ``cwd`` as Python runs a file (as ``__main__``), what it
+    prints captured: a raise is exit status 1 with its traceback on stderr. What it changes here is
+    undone and noted in IN_PROCESS: sys.path, the modules it imported that were not here (a new
+    top-level name, the formula's module; libraries' lazy submodules stay) and the families a
+    user's module declares on import."""
+    path, top_level = list(sys.path), {name.partition(".")[0] for name in sys.modules}
+    out, err, status = io.StringIO(), io.StringIO(), 0
+    with families_kept() as before:
+        try:
+            with contextlib.chdir(cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                exec(compile(script.read_text(), str(script), "exec"), {"__name__": "__main__", "__file__": str(script)})
+        except SystemExit as exited:
+            status = exited.code if isinstance(exited.code, int) else 1
+        except BaseException:  # noqa: BLE001 - as Python: the traceback on stderr, status 1
+            traceback.print_exc(file=err)
+            status = 1
+        finally:
+            added = [p for p in sys.path if p not in path]
+            imported = [name for name in sys.modules if name.partition(".")[0] not in top_level]
+            declared = [name for name, family in families().items() if before.get(name) is not family]
+            sys.path[:] = path
+            for name in imported:
+                del sys.modules[name]
+    IN_PROCESS[str(script)] = {"sys.path": added, "modules": imported, "families": declared}
+    return subprocess.CompletedProcess([sys.executable, str(script)], status, out.getvalue(), err.getvalue())
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, users):
-    """Every script written to its own folder and run at once, from yet another folder: a built-in
-    family's with only the repository on PYTHONPATH and its recorded MODULE_DIR made useless (the
-    module is found where Python finds it), a user's with no PYTHONPATH at all (the script's own
-    MODULE_DIR and LAB_DIR). (case, formula, completed process) by name."""
+    """Every script written to its own folder and run from yet another folder: a built-in family's
+    with its recorded MODULE_DIR made useless (the module is found where Python finds it: only the
+    repository on PYTHONPATH, in a process of its own), a user's by the script's own MODULE_DIR
+    and LAB_DIR (no PYTHONPATH at all, in a process of its own). The STANDALONE ones run at once,
+    in parallel with the others run in this process. (case, formula, completed process) by name."""
     elsewhere = tmp_path_factory.mktemp("elsewhere")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    started = {}
+    scripts, started, results = {}, {}, {}
     for name, (case, formula) in CASES.items():
         snippet = python_snippet(case, formula)
         script_env = env
@@ -132,13 +165,30 @@ def runs(tmp_path_factory, users):
             script_env = {**env, "PYTHONPATH": str(REPOSITORY)}
         script = tmp_path_factory.mktemp("script") / file_name(case, formula)
         script.write_text(snippet)
-        started[name] = subprocess.Popen([sys.executable, str(script)], cwd=elsewhere, env=script_env, text=True,
-                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    results = {}
+        scripts[name] = script
+        if name in STANDALONE:
+            started[name] = subprocess.Popen([sys.executable, str(script)], cwd=elsewhere, env=script_env, text=True,
+                                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    for name, script in scripts.items():
+        if name not in STANDALONE:
+            results[name] = (*CASES[name], run_in_process(script, elsewhere))
     for name, process in started.items():
         out, err = process.communicate(timeout=120)
         results[name] = (*CASES[name], subprocess.CompletedProcess(process.args, process.returncode, out, err))
     return results
+
+
+def test_the_scripts_run_in_this_process_leave_nothing_behind(runs, users):
+    """They did change this process while they ran (a user's script puts its MODULE_DIR on
+    sys.path and imports the user's module, which may declare families), and all of it was undone."""
+    changes = {name: IN_PROCESS.get(run.args[1]) for name, (_, _, run) in runs.items()}
+    assert sorted(name for name, changed in changes.items() if changed is not None) == sorted(set(CASES) - set(STANDALONE))
+    cube, swish = changes["cube"], changes["swish wrong"]
+    assert cube["sys.path"] == [str(users.parent)] and cube["modules"] == ["plain-functions"] and cube["families"] == []
+    assert swish["sys.path"] == [str(EXAMPLE.parent)] and swish["modules"] == ["my_functions"] and "swish" in swish["families"]
+    assert changes["tutorial"] is None and changes["corrected"]["sys.path"] == ["/nonexistent/gradient-lab"]
+    for changed in IN_PROCESS.values():
+        assert not set(changed["sys.path"]) & set(sys.path) and not set(changed["modules"]) & set(sys.modules)
 
 
 def printed(out: str, label: str) -> str:

@@ -61,7 +61,7 @@ class Estimate:
     peak: float
 
 
-# One gradient report (lib.compare.compare_gradients), term by term. An *entry* is one Jacobian
+# One gradient report (lib.engine.pipeline.check), term by term. An *entry* is one Jacobian
 # entry the report differences and compares one by one: an entry of the pattern, for an input whose
 # plan has one, else every one of the n_outputs × n_inputs entries of that input (a dense plan).
 #
@@ -112,7 +112,7 @@ def report_bytes(sizes: Sequence[int], outputs: int, entries: Sequence[int], chu
     """A gradient report of inputs of ``sizes`` elements with ``outputs`` output elements, whose
     plans compare ``entries`` Jacobian entries per input (see above), the engine working in chunks
     of ``chunk_bytes``. ``looked``, ``drawn_jacobian`` and ``by_hand``: the engine's own limits
-    (lib.numerical.MAX_SECOND_LOOK, lib.compare.DEFAULT_JACOBIAN_LIMIT,
+    (lib.engine.evaluate.MAX_SECOND_LOOK, lib.engine.pipeline.DEFAULT_JACOBIAN_LIMIT,
     lib.engine.diagnosis.MAX_ENTRIES_BY_HAND). An upper bound: every term is the most it can be, and the
     working memory of phases that never overlap is taken as the largest of them."""
     n, m, total = sum(sizes), outputs, sum(entries)

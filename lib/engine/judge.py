@@ -5,7 +5,7 @@ One vector-Jacobian product (the loss's gradient) cannot see a backward that ign
 mixes ``grad_output``. So the check compares the Jacobian itself:
 
 - **entries on the pattern**, one by one. The truth's pattern (the reference's structure, verified
-  at the point by ``lib.numerical``) tells which outputs share no input element; such outputs go
+  at the point by ``lib.engine.planning``) tells which outputs share no input element; such outputs go
   in one backward call (the rows are coloured, as the columns are for finite differences). For
   cosine, all 64 outputs of a 64×128 pair share one call.
 - **every entry, by random probes**: for two or more seeded random upstream vectors u, the

@@ -28,17 +28,23 @@ from lib.engine.tolerances import Tolerances
 
 Tensor = torch.Tensor
 OUTCOMES = ("pass", "fail", "not differentiable", "not checked")
+LEADS = {"pass": "passes", "fail": "fails", "not checked": "not checked"}
 
 
 @dataclass(frozen=True)
 class SecondOrderVerdict:
     outcome: str  # one of OUTCOMES
-    summary: str  # a sentence that says what was compared and what came out
+    text: str  # what was compared and what came out, without the leading outcome word
     products: dict[str, tuple[np.ndarray, ...]]  # source -> each product, all inputs flattened together
 
     @property
     def passed(self) -> bool:
         return self.outcome == "pass"
+
+    @property
+    def summary(self) -> str:
+        """One sentence: the outcome, then what was compared ("backward is not differentiable" says both)."""
+        return self.text if self.outcome == "not differentiable" else f"{LEADS[self.outcome]}: {self.text}"
 
 
 class NotDifferentiable(Exception):
@@ -124,17 +130,17 @@ def check_second_order(
     elif first_order_passed:
         truth, truth_name = kept["differences of its gradient"], "finite differences of its gradient (first order passed)"
     else:
-        return SecondOrderVerdict("not checked", "not checked: there is no reference, and the first-order gradient that finite "
+        return SecondOrderVerdict("not checked", "there is no reference, and the first-order gradient that finite "
                                   "differences would start from is wrong", kept)
     finding = _agree(mine, truth, tolerances, where)
     if finding is not None and unrecorded:
         return SecondOrderVerdict("not differentiable", "backward is not differentiable: its gradient carries no autograd graph "
                                   f"(it detaches, or leaves torch), so double backward gives 0 where the truth does not ({finding})", kept)
     if finding is None:
-        return SecondOrderVerdict("pass", f"passes: double backward agrees with {truth_name} on {what}", kept)
+        return SecondOrderVerdict("pass", f"double backward agrees with {truth_name} on {what}", kept)
     self_consistency = ("it is consistent with its own first-order backward, so gradgradcheck would pass it"
                         if consistent is None else "nor does it agree with differences of its own gradient")
-    return SecondOrderVerdict("fail", f"fails: double backward differs from {truth_name}: {finding}; {self_consistency}", kept)
+    return SecondOrderVerdict("fail", f"double backward differs from {truth_name}: {finding}; {self_consistency}", kept)
 
 
 @dataclass(frozen=True)

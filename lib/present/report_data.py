@@ -1,7 +1,7 @@
 """Plain data out of one gradient report, for the Gradient check page: a comparison cut down to
 what a heatmap can draw, one row per element for a CSV, and a summary for a JSON download.
 
-Nothing here imports streamlit or computes gradients; it reads ``lib.compare``'s results.
+Nothing here imports streamlit or computes gradients; it reads ``lib.engine.report``'s results.
 """
 
 from __future__ import annotations
@@ -154,10 +154,19 @@ def summary(report: GradientReport, case=None) -> dict:
         "max |formula output − reference output|": report.forward_max_error,
         "forward evaluations": report.evaluations,
         "tolerances": {"step": report.tolerances.step, "atol": report.tolerances.atol, "rtol": report.tolerances.rtol},
-        "failure": report.failure,
+        "failure": {"stage": report.failure.stage, "kind": report.failure.kind, "message": report.failure.message} if report.failure else None,
+        "signature": _signature(report),
         "notes": list(report.notes),
         "inputs": inputs,
     }
+
+
+def _signature(report: GradientReport) -> dict | None:
+    """What the Function takes and gives: which inputs and outputs the verdict differentiates."""
+    if report.signature is None:
+        return None
+    slot = lambda s: {"name": s.name, "shape": list(s.shape), "dtype": s.dtype, "differentiated": s.differentiable}  # noqa: E731
+    return {"inputs": [slot(s) for s in report.signature.inputs], "outputs": [slot(s) for s in report.signature.outputs]}
 
 
 def plan_sources(report: GradientReport) -> str:

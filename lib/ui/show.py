@@ -12,9 +12,9 @@ def badge(outcome: str) -> str:
     return BADGES.get(outcome, f":gray-badge[{outcome}]")
 
 
-def sentence(summary: str) -> str:
-    """A verdict's summary without its leading outcome word ("passes: …"), safe as markdown."""
-    return summary.split(": ", 1)[-1].replace("*", "\\*").replace("_", "\\_")
+def sentence(text: str) -> str:
+    """A verdict's words (its ``text``, the outcome shown by the badge beside it), safe as markdown."""
+    return text.replace("*", "\\*").replace("_", "\\_")
 
 
 def verdict_box(text: str, outcome: str) -> None:

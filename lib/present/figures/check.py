@@ -1,4 +1,4 @@
-"""Figures and tables of the comparison engine's results (``lib.compare``, ``lib.contract.conformance``).
+"""Figures and tables of the comparison engine's results (``lib.engine.report``, ``lib.contract.conformance``).
 
 Pure builders: results in, ``plotly.graph_objects.Figure`` (or plain rows for ``st.dataframe``
 and CSV downloads) out. Nothing here imports streamlit or torch.
@@ -181,7 +181,7 @@ def gradient_heatmaps(comparison: InputComparison, sources: Sequence[str] = SOUR
 
 
 def error_heatmap(comparison: InputComparison, pair: Pair = DEFAULT_PAIR, relative: bool = False) -> go.Figure:
-    """The error map of ``pair`` (one of ``lib.compare.PAIRS``) on one input: signed a − b on a
+    """The error map of ``pair`` (one of ``lib.engine.report.PAIRS``) on one input: signed a − b on a
     diverging scale centred at 0, or, with ``relative``, log10 of |a − b| / |b| on a sequential
     scale. The worst element (largest |a − b|, or largest relative error) is marked."""
     a, b = pair
