@@ -56,7 +56,6 @@ class Family:
     notes: Mapping[str, str] = field(default_factory=dict)
     output_names: tuple[str, ...] = ()  # the outputs' names, where the Function returns several (default out0, out1, …)
     constants: tuple[str, ...] = ()  # floating-point inputs that are not differentiated (integer and bool ones never are)
-    draw: int = 0  # which differentiable output the pages draw, where there are several
 
     def note(self, place: str, default: str = "") -> str:
         return self.notes.get(place, default)
