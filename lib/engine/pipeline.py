@@ -262,12 +262,67 @@ def plan(problem: Problem, tolerances: Tolerances, *, budget_bytes: int = DEFAUL
 
 
 def _failed(problem: Problem, tolerances: Tolerances, failure: Failure, dtype: str, device: str) -> GradientReport:
-    """A report of a problem whose forward raised before any stage could run: no verdict on the
-    gradients, the failure named as the code under test's."""
-    diagnosis = None
+    """A report of a problem whose forward raised before any stage could run: a failed verdict
+    that names the exception as the code under test's."""
     return GradientReport(family="", formula=problem.formula, dtype=dtype, device=device, tolerances=tolerances, loss=math.nan,
                           forward_max_error=math.nan, inputs=(), cosine=math.nan, verdict=Verdict("fail", failure=failure),
-                          evaluations=0, failure=failure, diagnosis=diagnosis, signature=problem.signature)
+                          evaluations=0, failure=failure, signature=problem.signature)
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The evaluate stage's results, each computed once: the outputs, the upstream the maps draw,
+    the three gradients for it, and the plans with their finite differences."""
+
+    output: Tensor  # the reference's output where there is one, else the formula's (packed)
+    formula_output: Tensor | None
+    reference_output: Tensor | None
+    upstream: Tensor
+    plans: list[DifferencePlan]
+    analytic: list[np.ndarray]  # per input: the formula's backward for ``upstream``; NaN where it raised
+    numerical: list[np.ndarray]
+    referenced: list[np.ndarray]  # autograd through the reference, else the numerical gradient
+    failure: Failure | None  # the formula's forward or backward raised
+
+
+def evaluate(problem: Problem, tolerances: Tolerances, plans: Sequence[DifferencePlan] | None, grad_output: Tensor | None,
+             upstream: str, seed: int, budget_bytes: int, work_limit: float) -> Evaluation | Failure:
+    """Forward, the formula's backward for the drawn upstream, the plan (unless given) and its
+    finite differences. A Failure where no output at all could be computed."""
+    inputs, run, reference = problem.inputs, problem.function, problem.reference
+    reference_output, formula_output, failure = _outputs(problem)
+    output = reference_output if reference_output is not None else formula_output
+    if output is None:
+        return failure
+    drawn = grad_output if grad_output is not None else choose_upstream(upstream, problem.loss, output, seed)
+    blank = [np.full(tuple(x.shape), np.nan) for x in inputs]
+    analytic, numerical = blank, blank
+    if failure is None:
+        analytic, failure = _analytic(run, inputs, drawn)
+        analytic = analytic if analytic is not None else blank
+    if failure is None:
+        plans = list(plans) if plans is not None else plan(problem, tolerances, budget_bytes=budget_bytes, work_limit=work_limit)
+        _require_work(plans, inputs, 1, work_limit)
+        plans = [with_values(run, inputs, p, budget_bytes) for p in plans]  # the maps draw the numerical gradient too
+        numerical = [numerical_gradient(run, inputs, p, drawn, None, budget_bytes) for p in plans]
+    else:
+        plans = [DifferencePlan(i, x.numel(), output.numel(), None, None, None, "not run") for i, x in enumerate(inputs)]
+    referenced = _gradients(reference, inputs, drawn) if reference else numerical
+    return Evaluation(output, formula_output, reference_output, drawn, plans, analytic, numerical, referenced, failure)
+
+
+def _maps(problem: Problem, e: Evaluation, jacobian: JacobianVerdict | None, tolerances: Tolerances, jacobian_limit: int,
+          budget_bytes: int) -> list[InputComparison]:
+    """Per input: its three gradients, their error maps, its small Jacobians, its kinks."""
+    run, reference, inputs = problem.function, problem.reference, problem.inputs
+    comparisons = [
+        _comparison(name, x, i, {"analytic": e.analytic[i], "reference": e.referenced[i], "numerical": e.numerical[i]}, e.plans[i],
+                    run, reference, inputs, e.output.numel(), tolerances, jacobian_limit, budget_bytes, e.failure)
+        for i, (name, x) in enumerate(zip(problem.names, inputs))
+    ]
+    if jacobian is not None and jacobian.kinks:
+        comparisons = [replace(c, kinks=k) for c, k in zip(comparisons, jacobian.kinks)]
+    return comparisons
 
 
 def check(
@@ -287,85 +342,51 @@ def check(
     second_order: bool = True,
 ) -> GradientReport:
     """Analytic vs reference vs numerical, stage by stage: plan (unless ``plans`` are given, as the
-    guard made them), evaluate, judge the whole Jacobian (``judge``) and the drawn gradient for
-    one upstream, the second order, diagnose, report.
+    guard made them) and evaluate, judge the whole Jacobian (``judge``), the drawn gradient for
+    one upstream and the second order, diagnose, report.
 
     The drawn upstream is ``grad_output`` if given, else ``upstream`` (see ``choose_upstream``).
     The code under test raising in forward or backward is reported, not raised. Finite
     differences that would take more than ``work_limit`` element evaluations are refused
     (LabError) after planning, before they run.
     """
-    inputs = problem.inputs
+    inputs, names = problem.inputs, problem.names
     dtype = next((x.dtype for x in inputs), torch.float64)
-    device = str(inputs[0].device) if inputs else "cpu"
+    device, dtype_name = str(inputs[0].device) if inputs else "cpu", str(dtype).removeprefix("torch.")
     tolerances = default_tolerances(dtype, step=step, atol=atol, rtol=rtol)
-    dtype_name = str(dtype).removeprefix("torch.")
-    if problem.failure is not None:
-        return replace(_failed(problem, tolerances, problem.failure, dtype_name, device), family=family)
-    run, reference, names = problem.function, problem.reference, problem.names
-
-    # 1. outputs and the upstream gradient the maps draw
-    reference_output, formula_output, failure = _outputs(problem)
-    output = reference_output if reference_output is not None else formula_output
-    if output is None:
-        return replace(_failed(problem, tolerances, failure, dtype_name, device), family=family)
-    drawn_upstream = grad_output if grad_output is not None else choose_upstream(upstream, problem.loss, output, seed)
-    loss = float(problem.loss(output))
-
-    # 2. the formula's own backward, then the plan and the truth (finite differences, reference)
-    blank = [np.full(tuple(x.shape), np.nan) for x in inputs]
-    analytic, numerical = blank, blank
-    kept = plans
-    plans = [DifferencePlan(i, x.numel(), output.numel(), None, None, None, "not run") for i, x in enumerate(inputs)]
-    jacobian, second = None, None
-    if failure is None:
-        analytic, failure = _analytic(run, inputs, drawn_upstream)
-        analytic = analytic if analytic is not None else blank
-    if failure is None:
-        plans = list(kept) if kept is not None else plan(problem, tolerances, budget_bytes=budget_bytes, work_limit=work_limit)
-        _require_work(plans, inputs, 1, work_limit)
-        plans = [with_values(run, inputs, p, budget_bytes) for p in plans]  # the maps draw the numerical gradient too
-        numerical = [numerical_gradient(run, inputs, p, drawn_upstream, None, budget_bytes) for p in plans]
-        # 3. the whole Jacobian and the second order
-        jacobian = check_jacobian(run, reference, inputs, names, plans, tolerances, seed=seed, budget_bytes=budget_bytes,
+    e = problem.failure or evaluate(problem, tolerances, plans, grad_output, upstream, seed, budget_bytes, work_limit)
+    if isinstance(e, Failure):
+        return replace(_failed(problem, tolerances, e, dtype_name, device), family=family)
+    run, reference = problem.function, problem.reference
+    jacobian = second = None
+    if e.failure is None:  # judge
+        jacobian = check_jacobian(run, reference, inputs, names, e.plans, tolerances, seed=seed, budget_bytes=budget_bytes,
                                   work_limit=work_limit, output_element=problem.output_element)
         if second_order:
             second = check_second_order(run, reference, inputs, problem.loss, tolerances, first_order_passed=jacobian.passed, seed=seed,
                                         names=names)
-    referenced = _gradients(reference, inputs, drawn_upstream) if reference else numerical
-
-    # 4. maps, input by input
-    comparisons = [
-        _comparison(name, x, i, {"analytic": analytic[i], "reference": referenced[i], "numerical": numerical[i]}, plans[i],
-                    run, reference, inputs, output.numel(), tolerances, jacobian_limit, budget_bytes, failure)
-        for i, (name, x) in enumerate(zip(names, inputs))
-    ]
-    if jacobian is not None and jacobian.kinks:
-        comparisons = [replace(c, kinks=k) for c, k in zip(comparisons, jacobian.kinks)]
-    notes = tuple(c.non_finite["input"].describe(c.name) for c in comparisons if c.non_finite["input"].count)
-    drawn = None if failure else _drawn_gradient_finding(comparisons, tolerances, reference is not None,
-                                                         jacobian.second_looked if jacobian is not None else (),
-                                                         [_gradient_noise(run, inputs, p, drawn_upstream, budget_bytes) for p in plans],
-                                                         jacobian.scales if jacobian is not None else ())
-    # 5. why
-    diagnosis = diagnose_failure(failure, inputs) if failure is not None else None
+    comparisons = _maps(problem, e, jacobian, tolerances, jacobian_limit, budget_bytes)
+    drawn = None if e.failure else _drawn_gradient_finding(comparisons, tolerances, reference is not None, jacobian.second_looked,
+                                                           [_gradient_noise(run, inputs, p, e.upstream, budget_bytes) for p in e.plans],
+                                                           jacobian.scales)
+    diagnosis = diagnose_failure(e.failure, inputs) if e.failure is not None else None  # diagnose
     if jacobian is not None:
         second_wrong = second is not None and second.outcome in ("fail", "not differentiable")
         diagnosis = diagnose(jacobian, [_numpy(x, x) for x in inputs], tolerances, second_order_wrong=second_wrong)
-    return GradientReport(
+    return GradientReport(  # report
         family=family,
         formula=problem.formula,
         dtype=dtype_name,
         device=device,
         tolerances=tolerances,
-        loss=loss,
-        forward_max_error=_forward_error(formula_output, reference_output),
+        loss=float(problem.loss(e.output)),
+        forward_max_error=_forward_error(e.formula_output, e.reference_output),
         inputs=tuple(comparisons),
-        cosine=_cosine(np.concatenate([a.ravel() for a in analytic]), np.concatenate([r.ravel() for r in referenced])),
-        verdict=_verdict(jacobian, drawn, failure, diagnosis),
-        evaluations=sum(p.evaluations for p in plans) if failure is None else 0,
-        failure=failure,
-        notes=notes,
+        cosine=_cosine(np.concatenate([a.ravel() for a in e.analytic]), np.concatenate([r.ravel() for r in e.referenced])),
+        verdict=_verdict(jacobian, drawn, e.failure, diagnosis),
+        evaluations=sum(p.evaluations for p in e.plans) if e.failure is None else 0,
+        failure=e.failure,
+        notes=tuple(c.non_finite["input"].describe(c.name) for c in comparisons if c.non_finite["input"].count),
         upstream="given" if grad_output is not None else upstream,
         jacobian=jacobian,
         second_order=second,
