@@ -21,7 +21,7 @@ import torch
 from lib.engine.report import GradientReport
 from lib.engine.pipeline import compare_gradients
 from lib.app.family import Family, Formula, sum_of_outputs
-from lib.engine.signature import differentiable
+from lib.engine.signature import differentiable, name_index
 from lib.engine.judge import compare_entries, truth_scale
 
 Tensor = torch.Tensor
@@ -112,7 +112,7 @@ def _worst_drawn(report: GradientReport) -> str:
         excess = float(compare_entries(np.array([values["analytic"]]), {"reference": np.array([values["reference"]])},
                                        report.tolerances, scale=scale).excess[0])
         if excess > worst:
-            where = f"{comparison.name}[{', '.join(map(str, index))}]" if index else comparison.name
+            where = name_index(comparison.name, index)
             worst, text = excess, (f"worst element of the gradient of sum(output): {where}: analytic {values['analytic']:.6g}, "
                                    f"reference {values['reference']:.6g}, numerical {values['numerical']:.6g}")
     return text

@@ -12,7 +12,7 @@ from lib.engine.diagnosis import Diagnosis
 from lib.engine.judge import JacobianVerdict
 from lib.engine.planning import DifferencePlan
 from lib.engine.second_order import SecondOrderVerdict
-from lib.engine.signature import Signature
+from lib.engine.signature import Signature, name_index
 from lib.engine.tolerances import Tolerances
 
 
@@ -97,7 +97,7 @@ class NonFinite:
         return self.nan + self.inf
 
     def describe(self, name: str) -> str:
-        where = ", ".join(f"{name}[{', '.join(map(str, i))}]" for i in self.first)
+        where = ", ".join(name_index(name, i) for i in self.first)
         more = "…" if self.count > len(self.first) else ""
         return f"{self.nan} NaN and {self.inf} Inf in {name}, at {where}{more}"
 

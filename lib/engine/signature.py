@@ -20,11 +20,14 @@ import torch
 Tensor = torch.Tensor
 
 
+def name_index(name: str, index: Sequence[int]) -> str:
+    """``x1[2, 3]``: the element at ``index`` of a tensor called ``name``; a 0-d one is its name."""
+    return f"{name}[{', '.join(str(int(i)) for i in index)}]" if len(index) else name
+
+
 def name_element(name: str, shape: Sequence[int], flat: int) -> str:
-    """``x1[2, 3]``: element ``flat`` (row-major) of a tensor called ``name``; a 0-d one is its name."""
-    if not len(shape):
-        return name
-    return f"{name}[{', '.join(str(int(i)) for i in np.unravel_index(int(flat), tuple(shape)))}]"
+    """The same for element ``flat`` (row-major) of a tensor of ``shape``."""
+    return name_index(name, np.unravel_index(int(flat), tuple(shape)) if len(shape) else ())
 
 
 def as_tuple(outputs: Any) -> tuple:

@@ -20,6 +20,7 @@ import torch
 from lib.errors import LabError
 from lib.app.family import Family
 from lib.engine.evaluate import DEFAULT_BUDGET_BYTES
+from lib.engine.signature import name_element
 from lib.progress import report
 
 Tensor = torch.Tensor
@@ -83,10 +84,6 @@ def _filter_normalised(x: Tensor, generator: torch.Generator) -> Tensor:
     return d.reshape(x.shape)
 
 
-def _index_label(name: str, shape: Sequence[int], flat: int) -> str:
-    return f"{name}[{', '.join(map(str, np.unravel_index(flat, tuple(shape))))}]"
-
-
 def loss_gradient(family: Family, inputs: Sequence[Tensor], params: dict, index: int, formula: str | None = None) -> Tensor:
     """d loss / d input[index] through ``formula``'s backward (None: the reference's autograd)."""
     xs = [x.detach().requires_grad_(i == index) for i, x in enumerate(inputs)]
@@ -148,7 +145,7 @@ def make_plane(
         u[i], v[j] = 1.0, 1.0
         origin = flat.clone()
         origin[i], origin[j] = 0.0, 0.0
-        labels = (_index_label(name, x.shape, i), _index_label(name, x.shape, j))
+        labels = (name_element(name, x.shape, i), name_element(name, x.shape, j))
         center = (float(flat[i]), float(flat[j]))
         return Plane(mode, index, origin.reshape(x.shape), u.reshape(x.shape), v.reshape(x.shape), center, labels, True)
     raise LabError(f"Unknown plane {mode!r}; choose one of: {', '.join(PLANE_MODES)}.")

@@ -21,6 +21,7 @@ from lib.engine.report import SOURCES, GradientReport, InputComparison
 from lib.explore.step_sweep import StepSweep
 from lib.contract.conformance import Check
 from lib.present.figures.style import DIVERGING, KINK, SEQUENTIAL, base_layout, color_for
+from lib.engine.signature import name_element, name_index
 
 Pair = tuple[str, str]
 DEFAULT_PAIR: Pair = ("analytic", "reference")
@@ -41,10 +42,6 @@ PER_PANEL_SPACING = 0.11  # room between panels for each panel's own colourbar a
 
 
 # ---- shared helpers ------------------------------------------------------------------------------
-
-
-def _label(name: str, index: Sequence[int]) -> str:
-    return f"{name}[{', '.join(str(int(i)) for i in index)}]" if len(index) else name
 
 
 def _symmetric_limit(*arrays: np.ndarray) -> float:
@@ -68,7 +65,7 @@ def _grid(values: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray | None,
         rest = "…".join(map(str, (1, values.ndim - 1)))
         grid, x_title, y_title = values.reshape(shape[0], math.prod(shape[1:])), f"flattened dims {rest} (row-major)", "dim 0"
         index = np.indices(shape).reshape(values.ndim, -1).T
-        labels = np.array([f"{name}[{', '.join(map(str, i))}]" for i in index.tolist()], dtype=object).reshape(grid.shape)
+        labels = np.array([name_index(name, i) for i in index.tolist()], dtype=object).reshape(grid.shape)
     grid = np.where(np.isfinite(grid), grid, np.nan).astype(np.float64)
     return grid, labels, x_title, y_title
 
@@ -141,7 +138,7 @@ def _mark_kinks(fig: go.Figure, comparison: InputComparison, grid_shape: tuple[i
         return fig
     shape = comparison.gradients[SOURCES[0]].shape
     rows, cols = np.unravel_index(comparison.kinks, grid_shape)
-    labels = [_label(comparison.name, np.unravel_index(int(k), shape)) for k in comparison.kinks]
+    labels = [name_index(comparison.name, np.unravel_index(int(k), shape)) for k in comparison.kinks]
     name = f"not differentiable here (a kink): {len(labels):,} element{'s' * (len(labels) != 1)}"
     for panel in range(1, panels + 1):
         fig.add_trace(
@@ -213,7 +210,7 @@ def error_heatmap(comparison: InputComparison, pair: Pair = DEFAULT_PAIR, relati
     fig = go.Figure(heatmap)
     if worst is not None:
         row, col = np.unravel_index(np.ravel_multi_index(worst, errors.signed.shape), z.shape)
-        label = _label(name, worst)
+        label = name_index(name, worst)
         peak += f" at {label}"
         fig.add_trace(
             go.Scatter(
@@ -283,7 +280,7 @@ def jacobian_heatmaps(comparison: InputComparison) -> go.Figure | None:
         return None
     name = comparison.name
     shape = comparison.gradients["reference"].shape
-    columns = [_label(name, np.unravel_index(i, shape)) for i in range(int(np.prod(shape, dtype=int)))]
+    columns = [name_index(name, np.unravel_index(i, shape)) for i in range(int(np.prod(shape, dtype=int)))]
     panels = {}
     for source in SOURCES:
         z = comparison.jacobians[source]
@@ -430,7 +427,7 @@ def worst_elements(comparison: InputComparison, pair: Pair = DEFAULT_PAIR, k: in
         index = np.unravel_index(int(flat), shape)
         rows.append(
             {
-                "index": _label(comparison.name, index),
+                "index": name_index(comparison.name, index),
                 **{source: float(comparison.gradients[source][index]) for source in SOURCES},
                 "abs error": float(absolute[flat]),
                 "rel error": float(errors.relative[index]),
@@ -453,8 +450,7 @@ def diagnosis_scatter(report: GradientReport) -> go.Figure | None:
     truth = np.concatenate([e.values[truth_name] for e in verdict.entries])
     analytic = np.concatenate([e.values["analytic"] for e in verdict.entries])
     rows = np.concatenate([e.rows for e in verdict.entries])
-    labels = np.concatenate([[f"{e.name}[{', '.join(map(str, np.unravel_index(c, e.shape)))}]" if e.shape else e.name
-                              for c in e.cols] for e in verdict.entries])
+    labels = np.concatenate([[name_element(e.name, e.shape, c) for c in e.cols] for e in verdict.entries])
     keep = np.isfinite(truth) & np.isfinite(analytic)
     index = np.flatnonzero(keep)
     if index.size > MAX_DIAGNOSIS_POINTS:
