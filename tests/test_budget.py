@@ -2,6 +2,7 @@
 needs is judged from its Jacobian's pattern, and refused before it is built."""
 
 import dataclasses
+from collections import OrderedDict
 
 import pytest
 import torch
@@ -80,21 +81,24 @@ def test_a_pattern_that_fails_at_the_point_is_refused_before_its_whole_jacobian_
     assert views.gradient_report(Case(family="normalize", formulas=("corrected",), shape=(64, 128)), "corrected").verdict.passed
 
 
-def test_a_large_pattern_is_counted_once_and_a_whole_jacobian_without_one_refused(monkeypatch):
-    from lib.app import views
+def test_a_large_pattern_is_counted_once_planned_once_and_a_whole_jacobian_without_one_refused(monkeypatch):
+    from lib.app import guard, views
     from lib.app.case import Case
+    from lib.engine import pipeline
 
-    counted = []
-    real = views.jacobian_rows
-    monkeypatch.setattr(views, "jacobian_rows", lambda *a, **k: counted.append(1) or real(*a, **k))
-    views._PATTERN_COUNTS.clear()
+    counted, planned = [], []
+    real_count, real_plan = guard.pattern_entries, pipeline.plan_differences
+    monkeypatch.setattr(guard, "pattern_entries", lambda *a, **k: counted.append(1) or real_count(*a, **k))
+    monkeypatch.setattr(pipeline, "plan_differences", lambda *a, **k: planned.append(1) or real_plan(*a, **k))
+    monkeypatch.setattr(guard, "_PATTERN_COUNTS", OrderedDict())  # counted afresh, whatever ran before
     case = Case(family="softmax", formulas=("corrected", "batch-sum"), shape=(64, 128))  # 8,192² whole, 1,048,576 in its pattern
     assert [r.formula for r in views.verdicts(case)] == ["corrected", "batch-sum"]
     assert counted == [1]  # by the guard, once for both formulas: the engine reads its own pattern
+    assert planned == [1, 1]  # one plan per formula: the guard's, which the engine runs as it is
     family = dataclasses.replace(case.get_family(), reference=None)  # no reference: no pattern, every entry
-    inputs = case.inputs()
+    problem = family.problem("corrected", case.inputs(), case.param_values())
     with pytest.raises(LabError, match=r"every entry of its Jacobian compared, 8,192 outputs by 8,192 input elements"):
-        views._require_report_memory(family, "corrected", inputs, case.param_values(), default_tolerances(torch.float64), "Checking")
+        guard.require_report_memory(problem, default_tolerances(torch.float64), "Checking")
 
 
 def test_pytorchs_checks_are_guarded_too(monkeypatch):

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from lib.engine import planning as numerical
-from lib.app import views
+from lib.app import guard, views
 from lib.app.case import Case
 from lib.engine.pipeline import compare_gradients
 from lib.errors import LabError
@@ -104,15 +104,15 @@ REPORTS = [  # (family, formula, shape, perturbation): where the Jacobian's patt
 def test_the_estimate_bounds_what_a_real_report_keeps(family, formula, shape, perturbation):
     inputs = family.build_inputs(shape, seed=0, dtype=torch.float64, device="cpu", **family.params)
     inputs = apply_perturbation(inputs, perturbation, dim=int(family.params.get("dim", -1)), eps=float(family.params.get("eps", 1e-8)), seed=0)
-    report = compare_gradients(family, formula, inputs, budget_bytes=views._chunk_bytes())
+    report = compare_gradients(family, formula, inputs, budget_bytes=guard.chunk_bytes())
     outputs = math.prod(report.jacobian.output_shape)
     plans = [c.plan for c in report.inputs]
     entries = [p.rows.size if p.structured else outputs * p.n_inputs for p in plans]
     kept = array_bytes(report)
-    estimate = views._report_estimate([p.n_inputs for p in plans], outputs, entries)
+    estimate = guard.report_estimate([p.n_inputs for p in plans], outputs, entries)
     assert kept <= estimate.kept <= estimate.peak
     # the guard's first bound, every Jacobian whole, is an upper bound of any plan's
-    whole = views._report_estimate([p.n_inputs for p in plans], outputs, [outputs * p.n_inputs for p in plans])
+    whole = guard.report_estimate([p.n_inputs for p in plans], outputs, [outputs * p.n_inputs for p in plans])
     assert estimate.peak <= whole.peak
     if perturbation.near_zero_rows or family.reference is None:
         assert any(not p.structured for p in plans)  # the dense case is among those checked
@@ -121,10 +121,10 @@ def test_the_estimate_bounds_what_a_real_report_keeps(family, formula, shape, pe
 
 
 def test_a_list_of_reports_is_guarded_with_what_the_earlier_ones_hold(monkeypatch):
-    monkeypatch.setattr(views, "_chunk_bytes", lambda: 16 * 2**20)  # the budget set below leaves the chunk alone
+    monkeypatch.setattr(guard, "chunk_bytes", lambda: 16 * 2**20)  # the budget set below leaves the chunk alone
     case = Case(formulas=("tutorial", "corrected"), shape=(64, 128))
     held = array_bytes(views.gradient_report(case, "tutorial"))
-    need = views._report_estimate([8192, 8192], 64, [8192, 8192]).peak  # its pattern: each input element in one output
+    need = guard.report_estimate([8192, 8192], 64, [8192, 8192]).peak  # its pattern: each input element in one output
     assert held > 2**20
     monkeypatch.setenv("GRADIENT_LAB_MEMORY_MB", str((need + held / 2) / 2**20))  # room for one report, not for one beside another
     assert views.gradient_report(case, "corrected").verdict.passed
