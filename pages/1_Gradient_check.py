@@ -61,6 +61,10 @@ with ui.guard("This page"):
                    f"The maps below draw the gradient for the {UPSTREAM_WORDS[report.upstream]} upstream gradient (sidebar).")
         for note in report.notes:
             st.warning(note, icon=":material/warning:")
+        if report.failure and not report.inputs:  # no output at all: nothing to draw
+            st.error(f"{report.failure.whose.capitalize()} raised {report.failure}. No output was computed, so there are no "
+                     "gradients to draw: fix its forward, then come back here.", icon=":material/error:")
+            st.stop()
         if report.failure:
             st.error(f"The formula raised {report.failure}. Its gradients are blank below; the reference's are shown.", icon=":material/error:")
 

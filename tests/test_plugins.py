@@ -36,7 +36,7 @@ def test_sources_come_from_arguments_and_environment_in_order_without_repeats():
 
 def test_the_shipped_example_loads_from_its_path_and_works_across_the_engine():
     result = plugins.load(EXAMPLE)
-    assert result.error is None and result.families == ("swish", "clamp")
+    assert result.error is None and result.families == ("swish", "clamp", "row max", "cross entropy")
     family = get_family("swish")
     assert [n for n, f in family.formulas.items() if f.correct] == ["swish"]
     inputs = family.build_inputs((4, 6), seed=0)
@@ -54,7 +54,7 @@ def test_the_shipped_example_loads_from_its_path_and_works_across_the_engine():
 def test_a_dotted_module_name_is_imported_from_the_working_directory(monkeypatch):
     monkeypatch.chdir(ROOT)
     result = plugins.load("examples.my_functions")
-    assert result.error is None and result.families == ("swish", "clamp")
+    assert result.error is None and result.families == ("swish", "clamp", "row max", "cross entropy")
 
 
 def test_failures_are_reported_with_pythons_message():

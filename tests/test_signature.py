@@ -146,3 +146,18 @@ def test_the_command_line_checks_the_shipped_shapes():
 
     results = cli.check_module(str(Path(shipped.__file__)), family="cross entropy")
     assert {r.formula: r.status for r in results} == {"cross entropy": "ok", "forgot the target": "caught"}
+
+
+def test_the_pages_views_say_a_raising_forward_is_the_formulas_not_a_bug_in_gradient_lab():
+    from lib.app import plugins, views
+    from lib.app.case import Case
+    from lib.errors import FormulaError
+
+    fixture = str(Path(__file__).resolve().parent / "fixtures" / "raising_without_reference.py")
+    assert plugins.load(fixture).error is None
+    case = Case(family="unfinished", formulas=("unfinished",), shape=(3, 4))
+    for view, arguments in ((views.surface, (views.PlaneSpec(), 11, 1.0)), (views.training, (views.PlaneSpec(), "SGD", 0.1, 3))):
+        with pytest.raises(FormulaError) as raised:
+            view(case, *arguments)
+        assert isinstance(raised.value.error, NotImplementedError) and "'unfinished'" in str(raised.value)
+    assert views.gradient_report(case, "unfinished").failure.kind == "NotImplementedError"

@@ -9,6 +9,7 @@ the loss that reduces the output to a scalar; and the maths as LaTeX. Code downs
 
 from __future__ import annotations
 
+import functools
 import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
@@ -16,6 +17,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from lib.engine.pipeline import Problem, problem
+from lib.errors import FormulaError
 from lib.engine.signature import as_tuple, differentiable, differentiable_outputs
 
 Tensor = torch.Tensor
@@ -73,7 +75,18 @@ class Family:
         function = self.reference if formula is None else self.formula(formula).function
         if function is None:
             raise KeyError(f"family {self.name!r} has no reference")
-        return lambda *inputs: function(*inputs, **merged)
+        whose = f"{self.title}'s reference" if formula is None else f"The formula {formula!r}"
+
+        @functools.wraps(function)
+        def bound(*inputs):
+            try:
+                return function(*inputs, **merged)
+            except FormulaError:
+                raise
+            except Exception as error:  # noqa: BLE001 - the code under test's own: said as its, never as Gradient Lab's
+                raise FormulaError(whose, error) from error
+
+        return bound
 
     def run(self, formula: str | None, inputs: tuple[Tensor, ...], **params) -> Any:
         """The output(s) of one formula (``None``: the reference) on ``inputs``."""

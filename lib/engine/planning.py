@@ -13,6 +13,7 @@ verdict's own tolerances.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
@@ -125,53 +126,70 @@ def jacobian_patterns(reference: Callable[..., Tensor], inputs: Sequence[Tensor]
     return [(np.concatenate([r for r, _ in e]), np.concatenate([c for _, c in e])) for e in found]
 
 
-def _one_row_patterns(reference: Callable[..., Tensor], point: Sequence[Tensor]) -> list[tuple[np.ndarray, np.ndarray]] | None:
-    """The pattern of each input's Jacobian at ``point`` from 2·⌈log2 m⌉ backward calls, where
-    every input element feeds one output at most; None where one feeds several (or the calls fail).
+SPREAD_UPSTREAMS = 22  # at most this many backward calls read a pattern by ``_one_row_patterns`` (2**22 codes scanned)
 
-    Upstream pair b holds random positive weights on the outputs whose index has bit b set, and
-    on those whose index has it clear. An element feeding no output is 0 in every product; one
-    feeding one output r is not 0 in exactly one of each pair, and the pairs spell r in binary
-    (one term each: a nonzero entry times a weight >= 1 is not 0). An element feeding two
-    outputs is not 0 on both sides of a bit where their indices differ (one term each side, so
-    it cannot cancel) and is never taken for one feeding one output. Whatever comes of it is
-    checked like any pattern: it must reproduce plain differences along random directions."""
+
+@functools.lru_cache(maxsize=8)
+def _row_codes(m: int) -> tuple[int, np.ndarray] | None:
+    """For ``m`` outputs: the fewest upstreams k such that m outputs get distinct sets of k // 2 of
+    them (C(k, k // 2) >= m, Sperner), and those sets as bit masks, ascending; None past
+    SPREAD_UPSTREAMS."""
+    k = 1
+    while math.comb(k, k // 2) < m:
+        k += 1
+    if k > SPREAD_UPSTREAMS:
+        return None
+    every = np.arange(2**k, dtype=np.int64)
+    return k, every[np.bitwise_count(every) == k // 2][:m]
+
+
+def _one_row_patterns(reference: Callable[..., Tensor], point: Sequence[Tensor]) -> list[tuple[np.ndarray, np.ndarray]] | None:
+    """The pattern of each input's Jacobian at ``point`` from k backward calls, C(k, k // 2) >= m
+    (8 for 64 outputs), where every input element feeds one output at most; None where one feeds
+    several (or the calls fail).
+
+    Each output gets its own set of k // 2 of the k upstreams (``_row_codes``), which hold random
+    weights >= 1 on the outputs whose set they are in and 0 elsewhere. An element feeding one
+    output is not 0 in exactly that output's upstreams (one term: a nonzero entry times a weight
+    >= 1), and 0 in the others: which of them spells the output. An element feeding no output is
+    0 in all of them. An element feeding two or more outputs is not 0 in the union of their sets,
+    which is larger than k // 2 since no set holds another (each upstream where one of its terms
+    stands alone is not 0; only an exact cancellation of randomly weighted terms could hide it),
+    and sends the reading row by row, as do results that are not finite. Only zeros are read,
+    never values, so no entry can be lost below another's rounding."""
     xs = [x.detach().requires_grad_() for x in point]
     try:
         with torch.enable_grad():
             y = reference(*xs)
         m = y.numel()
-        bits = max(1, (m - 1).bit_length())
-        if 2 * bits >= m or not y.requires_grad:  # a row per output is as cheap, or nothing to read here
+        codes = _row_codes(m) if y.requires_grad else None
+        if codes is None or codes[0] >= m:  # a row per output is as cheap (or nothing to read here)
             return None
+        k, masks = codes
         weight = 1 + torch.rand(m, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
-        set_bits = ((torch.arange(m)[None, :] >> torch.arange(bits)[:, None]) & 1).bool()  # (bits, m)
-        upstreams = (torch.cat([set_bits, ~set_bits]) * weight).to(dtype=y.dtype, device=y.device).reshape(2 * bits, *y.shape)
-        try:
-            grads = torch.autograd.grad(y, xs, upstreams, is_grads_batched=True, allow_unused=True)
-        except Exception:  # noqa: BLE001 - a backward without a vmap rule: one call per upstream
-            per = [torch.autograd.grad(y, xs, u, retain_graph=True, allow_unused=True) for u in upstreams]
-            grads = [None if all(g[i] is None for g in per) else
-                     torch.stack([g[i] if g[i] is not None else torch.zeros_like(x) for g in per]) for i, x in enumerate(xs)]
+        member = torch.from_numpy((masks[None, :] >> np.arange(k)[:, None]) & 1)  # (k, m): output in upstream t
+        upstreams = (member * weight).to(dtype=y.dtype, device=y.device)
+        # one plain call each: never vmap here, whose larger operations stall on a shared, busy machine
+        per = [torch.autograd.grad(y, xs, u.reshape(y.shape), retain_graph=True, allow_unused=True) for u in upstreams]
     except Exception:  # noqa: BLE001 - read row by row instead, where the failure is told
         return None
+    place = (1 << np.arange(k, dtype=np.int64))[:, None]
     found = []
-    place = (1 << torch.arange(bits, dtype=torch.int64))[:, None]
-    for g, x in zip(grads, xs):
-        if g is None:  # the output does not depend on this input at all
+    for i, x in enumerate(xs):
+        if all(g[i] is None for g in per):  # the output does not depend on this input at all
             found.append((np.zeros(0, dtype=INDEX), np.zeros(0, dtype=INDEX)))
             continue
-        nonzero = (g.reshape(2 * bits, -1) != 0).cpu()
-        on, off = nonzero[:bits], nonzero[bits:]
-        touched = (on | off).any(0)
-        if not bool(((on ^ off).all(0) | ~touched).all()):  # an element feeding several outputs
+        nonzero = np.stack([np.zeros(x.numel(), dtype=bool) if g[i] is None else (g[i].detach().reshape(-1) != 0).cpu().numpy()
+                            for g in per])
+        cols = np.flatnonzero(nonzero.any(0))
+        spelled = (nonzero[:, cols] * place).sum(0)
+        rows = np.searchsorted(masks, spelled)
+        if rows.size and not bool((masks[np.minimum(rows, m - 1)] == spelled).all()):  # an element feeding several outputs
             return None
-        cols = torch.nonzero(touched, as_tuple=True)[0]
-        rows = (on[:, cols].to(torch.int64) * place).sum(0)
-        if rows.numel() and int(rows.max()) >= m:
-            return None
-        order = torch.argsort(rows * x.numel() + cols)  # row by row, as the rows are read
-        found.append((rows[order].numpy().astype(INDEX), cols[order].numpy().astype(INDEX)))
+        if rows.size and not bool(np.all(rows[1:] >= rows[:-1])):  # row by row, as the rows are read
+            order = np.argsort(rows.astype(np.uint16) if m <= 2**16 else rows, kind="stable")
+            rows, cols = rows[order], cols[order]
+        found.append((rows.astype(INDEX), cols.astype(INDEX)))
     return found
 
 

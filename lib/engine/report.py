@@ -14,6 +14,7 @@ from lib.engine.planning import DifferencePlan
 from lib.engine.second_order import SecondOrderVerdict
 from lib.engine.signature import Signature, name_index
 from lib.engine.tolerances import Tolerances
+from lib.errors import original
 
 
 SOURCES = ("analytic", "reference", "numerical")
@@ -36,6 +37,7 @@ class Failure:
 
     @classmethod
     def of(cls, stage: str, error: BaseException) -> Failure:
+        error = original(error)
         return cls(stage, type(error).__name__, str(error))
 
     @property
