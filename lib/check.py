@@ -32,6 +32,7 @@ from lib.app.case import Case
 from lib.engine.report import GradientReport
 from lib.contract.conformance import Check
 from lib.errors import LabError
+from lib.present.report_data import summary
 from lib.app.family import get_family
 from lib.testing import failure_message
 
@@ -103,12 +104,15 @@ class FormulaResult:
         return text
 
     def as_dict(self) -> dict:
+        """The command line's facts about the formula, with its gradient report in the one schema the
+        pages' download uses (``lib.present.report_data.summary``)."""
         return {
             "family": self.family, "formula": self.formula, "declared": "correct" if self.correct else "buggy",
-            "status": self.status, "first_order": self.outcome, "second_order": self.second_order, "summary": self.summary,
-            "diagnosis": self.diagnosis, "seconds": round(self.seconds, 3), "conformance_note": self.conformance_note,
+            "status": self.status, "seconds": round(self.seconds, 3),
+            "refused": self.summary if self.report is None else None,  # why no report could be made
+            "report": summary(self.report, self.case) if self.report is not None else None,
+            "conformance_note": self.conformance_note,
             "conformance": [{"name": c.name, "status": c.status, "message": c.message} for c in self.conformance],
-            "coverage": self.report.jacobian.coverage.describe() if self.report and self.report.jacobian else "",
             "contract": self.contract,
         }  # fmt: skip
 
@@ -206,11 +210,19 @@ def _cut(text: str, width: int) -> str:
 
 
 def json_text(results: Sequence[FormulaResult]) -> str:
-    return json.dumps({"exit_status": exit_status(results), "formulas": [r.as_dict() for r in results]}, indent=2, default=_plain)
+    """Strict JSON: NaN and ±Inf become null."""
+    return json.dumps(_plain({"exit_status": exit_status(results), "formulas": [r.as_dict() for r in results]}), indent=2,
+                      allow_nan=False)
 
 
 def _plain(value):
-    return None if isinstance(value, float) and not math.isfinite(value) else str(value)
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    return value if value is None or isinstance(value, (str, int, bool)) else str(value)
 
 
 def junit_xml(results: Sequence[FormulaResult]) -> str:

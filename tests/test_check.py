@@ -83,15 +83,19 @@ def test_json_is_for_machines(capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["exit_status"] == 1
     (formula,) = data["formulas"]
-    assert formula["status"] == "FAILED" and formula["declared"] == "correct" and formula["second_order"] == "fail"
-    assert "constant factor 0.5" in formula["diagnosis"] and "Jacobian entries" in formula["coverage"]
+    report = formula["report"]  # the schema of the pages' download
+    assert formula["status"] == "FAILED" and formula["declared"] == "correct" and report["second order"]["outcome"] == "fail"
+    assert [f["kind"] for f in report["diagnosis"]] == ["factor"] and "0.5" in report["diagnosis"][0]["words"]
+    assert report["coverage"]["compared one by one"] == report["coverage"]["structurally nonzero"] > 0
+    assert report["outcome"] == "fail" and report["failure"] is None and report["signature"]["inputs"][0]["differentiated"]
 
 
 def test_junit_has_one_test_case_per_formula_and_fails_only_the_broken_correct_one(capsys):
     assert check.main([EXAMPLE, "--format", "junit"]) == 0
     suite = ElementTree.fromstring(capsys.readouterr().out).find("testsuite")
     cases = {c.get("name"): c for c in suite.iter("testcase")}
-    assert set(cases) == {"swish", "forgot chain rule", "clamp", "leaks outside"} and suite.get("failures") == "0"
+    assert set(cases) == {"swish", "forgot chain rule", "clamp", "leaks outside", "row max", "to first element", "cross entropy",
+                          "forgot the target"} and suite.get("failures") == "0"
     assert check.main([BROKEN, "--format", "junit"]) == 1
     suite = ElementTree.fromstring(capsys.readouterr().out).find("testsuite")
     failure = suite.find("testcase").find("failure")
