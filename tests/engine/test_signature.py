@@ -13,7 +13,7 @@ from lib.engine.report import Failure
 from lib.engine.signature import name_element, read_signature
 from lib.testing import assert_gradients_match, check_gradients
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 import my_functions as shipped  # noqa: E402 - the example module, importable by its file name
 
 X = torch.randn(4, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
@@ -133,7 +133,7 @@ def test_the_builtin_gallery_keeps_its_one_output_shape():
 def test_the_command_line_gives_a_failed_row_not_a_traceback_for_a_forward_that_raises(capsys):
     from lib import check as cli
 
-    fixture = str(Path(__file__).resolve().parent / "fixtures" / "raising_without_reference.py")
+    fixture = str(Path(__file__).resolve().parents[1] / "fixtures" / "raising_without_reference.py")
     results = cli.check_module(fixture)
     assert [(r.status, r.outcome) for r in results] == [("FAILED", "fail")]
     assert results[0].report.failure.kind == "NotImplementedError"
@@ -153,7 +153,7 @@ def test_the_pages_views_say_a_raising_forward_is_the_formulas_not_a_bug_in_grad
     from lib.app.case import Case
     from lib.errors import FormulaError
 
-    fixture = str(Path(__file__).resolve().parent / "fixtures" / "raising_without_reference.py")
+    fixture = str(Path(__file__).resolve().parents[1] / "fixtures" / "raising_without_reference.py")
     assert plugins.load(fixture).error is None
     case = Case(family="unfinished", formulas=("unfinished",), shape=(3, 4))
     for view, arguments in ((views.surface, (views.PlaneSpec(), 11, 1.0)), (views.training, (views.PlaneSpec(), "SGD", 0.1, 3))):

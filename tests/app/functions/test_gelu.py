@@ -9,7 +9,7 @@ import torch
 from lib.engine.pipeline import compare_gradients
 
 from lib.app.functions.gelu import FAMILY
-from tests.functions.checks import (
+from tests.app.functions.checks import (
     assert_conformant,
     assert_corrected_is_reference,
     assert_reference_matches_finite_differences,

@@ -22,7 +22,7 @@ from lib.app.family import get_family
 from lib.explore.perturb import Perturbation, apply_perturbation
 from lib.sizes import array_bytes
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # ---- what a result holds ------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from lib.app.case import Case
 from lib.app.family import families
 from lib.explore.perturb import Perturbation
 from lib.engine.tolerances import default_tolerances, gradcheck_tolerances
-from tests.functions.test_gallery import GALLERY
+from tests.app.functions.test_gallery import GALLERY
 
 CASES = {"defaults": Perturbation(), "row norm 1e3": Perturbation(norm1=1e3, norm2=1e3)}
 

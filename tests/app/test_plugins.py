@@ -11,7 +11,7 @@ from lib.engine.report import Failure
 from lib.app.family import families, get_family
 from tests.registry import restore
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = str(ROOT / "examples" / "my_functions.py")
 FIXTURES = ROOT / "tests" / "fixtures"
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from lib.app.functions.logsumexp import FAMILY
-from tests.functions.checks import (
+from tests.app.functions.checks import (
     assert_conformant,
     assert_corrected_is_reference,
     assert_reference_matches_finite_differences,
