@@ -2,10 +2,10 @@
 
 import streamlit as st
 
-from lib import ui
-from lib.app import views
-from lib.present.figures.check import verdict_rows
-from lib.present.source import backward_diff, backward_source
+from gradient_lab import ui
+from gradient_lab.app import views
+from gradient_lab.present.figures.check import verdict_rows
+from gradient_lab.present.source import backward_diff, backward_source
 
 case = ui.page_setup(
     "app.py",

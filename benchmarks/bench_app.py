@@ -47,7 +47,7 @@ def _timed(at: AppTest) -> float:
     start = time.perf_counter()
     at.run()
     elapsed = (time.perf_counter() - start) * 1e3
-    # a page that refused or crashed (lib.ui.guard's messages) did not do the work being timed; a failing verdict did
+    # a page that refused or crashed (gradient_lab.ui.guard's messages) did not do the work being timed; a failing verdict did
     problems = list(at.exception) + [e for e in at.error if e.icon in ("⚠️", "🛑")]
     if problems:
         raise SystemExit(f"the page shows an error: {problems[0].value}")

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch.utils.benchmark import Timer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from lib.app.functions.cosine import CosineSimilarityFunction  # noqa: E402
+from gradient_lab.app.functions.cosine import CosineSimilarityFunction  # noqa: E402
 
 SIZES = ((4096, 512), (65536, 256))
 

@@ -4,7 +4,7 @@ A 64×128 float64 cosine pair, the corrected formula, the Jacobian's structure f
 time (as for a new shape). Three checks, each timed best-of-N with the same N (see
 benchmarks/timing.py; medians printed beside), each with how many Jacobian entries it covers:
 
-- ours: the verdict of ``lib.engine.judge`` (plan, finite differences, compressed backward calls,
+- ours: the verdict of ``gradient_lab.engine.judge`` (plan, finite differences, compressed backward calls,
   random probes), every entry of both inputs' Jacobians;
 - gradcheck slow mode: every entry, one perturbation per element in a Python loop;
 - gradcheck fast mode: one random projection uᵀJv per input, not entry by entry.
@@ -26,11 +26,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.timing import wall_times  # noqa: E402
-from lib.engine.pipeline import compare_gradients  # noqa: E402
-from lib.app.family import get_family  # noqa: E402
-from lib.engine.judge import check_jacobian  # noqa: E402
-from lib.engine.planning import _STRUCTURES, plan_differences  # noqa: E402
-from lib.engine.tolerances import default_tolerances  # noqa: E402
+from gradient_lab.engine.pipeline import compare_gradients  # noqa: E402
+from gradient_lab.app.family import get_family  # noqa: E402
+from gradient_lab.engine.judge import check_jacobian  # noqa: E402
+from gradient_lab.engine.planning import _STRUCTURES, plan_differences  # noqa: E402
+from gradient_lab.engine.tolerances import default_tolerances  # noqa: E402
 
 REPEATS = 7  # the same best-of-N on every side
 

@@ -20,8 +20,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.timing import median_seconds  # noqa: E402
-from lib.app.family import get_family  # noqa: E402
-from lib.explore.landscape import loss_surface, make_plane  # noqa: E402
+from gradient_lab.app.family import get_family  # noqa: E402
+from gradient_lab.explore.landscape import loss_surface, make_plane  # noqa: E402
 
 SIDE = 201
 FLOOR_POINTS = 4096  # pre-built points for the floor: 4096 × 64 × 128 × 4 B × 2 inputs = 268 MB

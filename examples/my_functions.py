@@ -14,7 +14,7 @@ two outputs, the values (checked) and their indices (integers, marked non-differ
 
 import torch
 
-from lib.app.family import declare
+from gradient_lab import declare
 
 
 class Swish(torch.autograd.Function):

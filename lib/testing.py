@@ -1,13 +1,13 @@
 """Gradient Lab's verdict as a pytest assertion, for any callable or ``autograd.Function``:
 
-    from lib.testing import assert_gradients_match
+    from gradient_lab import assert_gradients_match
     assert_gradients_match(MyFunction, (x, y), reference=my_reference, order=2)
 
 It runs what the app runs (the whole-Jacobian verdict with its coverage, the diagnosis, and with
 ``order=2`` the double backward) and raises ``AssertionError`` with a message written to be read
 in a CI log: why the backward is wrong, its worst element with the three values there, and what
 the verdict covered. Without a ``reference``, finite differences of the function itself are the
-truth. Tolerances default to the inputs' dtype's (``lib.engine.tolerances``) and can be overridden.
+truth. Tolerances default to the inputs' dtype's (``engine.tolerances``) and can be overridden.
 """
 
 from __future__ import annotations
@@ -18,14 +18,17 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from lib.engine.report import GradientReport
-from lib.engine.pipeline import compare_gradients
-from lib.app.family import Family, Formula, sum_of_outputs
-from lib.engine.signature import differentiable, name_index
-from lib.engine.judge import compare_entries, truth_scale
+from .engine.report import GradientReport
+from .engine.pipeline import compare_gradients
+from .app.family import Family, Formula, sum_of_outputs
+from .engine.signature import differentiable, name_index
+from .engine.judge import compare_entries, truth_scale
 
 Tensor = torch.Tensor
 WIDTH = 100  # a CI log's line
+# Called with (report, order, the Function's name) after every assert_gradients_match: the pytest
+# plugin's --gradient-report listens here.
+_OBSERVERS: list[Callable[[GradientReport, int, str], None]] = []
 
 
 def _callable(function) -> Callable[..., Tensor]:
@@ -74,6 +77,8 @@ def assert_gradients_match(function, inputs: Tensor | Sequence[Tensor], referenc
         raise ValueError(f"order must be 1 or 2, not {order!r}")
     report = check_gradients(function, inputs, reference=reference, seed=seed, step=step, atol=atol, rtol=rtol,
                              second_order=order == 2)
+    for observe in _OBSERVERS:
+        observe(report, order, _name(function))
     second = report.second_order
     second_wrong = order == 2 and (second is None or second.outcome != "pass")
     if report.verdict.passed and not second_wrong:

@@ -5,12 +5,12 @@ import math
 
 import streamlit as st
 
-from lib import ui
-from lib.app import views
-from lib.engine.pipeline import DEFAULT_JACOBIAN_LIMIT
-from lib.engine.report import PAIRS
-from lib.app.devices import device_problem
-from lib.present.figures.check import (
+from gradient_lab import ui
+from gradient_lab.app import views
+from gradient_lab.engine.pipeline import DEFAULT_JACOBIAN_LIMIT
+from gradient_lab.engine.report import PAIRS
+from gradient_lab.app.devices import device_problem
+from gradient_lab.present.figures.check import (
     conformance_table,
     diagnosis_scatter,
     error_heatmap,
@@ -20,8 +20,8 @@ from lib.present.figures.check import (
     step_sweep_figure,
     worst_elements,
 )
-from lib.present.report_data import drawable, element_rows, pair_name, plan_sources, shown, summary
-from lib.present.reproduce import file_name, python_snippet
+from gradient_lab.present.report_data import drawable, element_rows, pair_name, plan_sources, shown, summary
+from gradient_lab.present.reproduce import file_name, python_snippet
 
 UPSTREAM_WORDS = {"loss": "loss's", "ones": "all-ones", "random": "random (seeded)", "given": "given"}
 

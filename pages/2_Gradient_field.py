@@ -4,11 +4,11 @@ and where on the plane each formula's gradient is wrong."""
 import numpy as np
 import streamlit as st
 
-from lib import ui
-from lib.app import views
-from lib.present.figures.fields import error_field_figures
-from lib.present.figures.landscape import gradient_field_figure
-from lib.present.tables import field_columns, grid_rows
+from gradient_lab import ui
+from gradient_lab.app import views
+from gradient_lab.present.figures.fields import error_field_figures
+from gradient_lab.present.figures.landscape import gradient_field_figure
+from gradient_lab.present.tables import field_columns, grid_rows
 
 BACKGROUND_RESOLUTION = 41
 

@@ -3,17 +3,17 @@ each formula's gradient."""
 
 import streamlit as st
 
-from lib import ui
-from lib.app import views
-from lib.present.figures.landscape import (
+from gradient_lab import ui
+from gradient_lab.app import views
+from gradient_lab.present.figures.landscape import (
     loss_contour_figure,
     loss_slice_figure,
     loss_surface_3d_figure,
     trajectory_curves_figure,
     trajectory_pca_figure,
 )
-from lib.present.tables import grid_rows, trajectory_rows
-from lib.explore.trajectory import LEARNING_RATES, OPTIMIZERS
+from gradient_lab.present.tables import grid_rows, trajectory_rows
+from gradient_lab.explore.trajectory import LEARNING_RATES, OPTIMIZERS
 
 KINDS = ("2-D surface", "1-D slice")
 VIEWS = ("contours", "3-D")

@@ -2,10 +2,10 @@
 
 import streamlit as st
 
-from lib import ui
-from lib.app import views
-from lib.present.figures.sweeps import sweep_figure
-from lib.explore.sweeps import METRICS, SWEEPS, look_for, sweeps_for
+from gradient_lab import ui
+from gradient_lab.app import views
+from gradient_lab.present.figures.sweeps import sweep_figure
+from gradient_lab.explore.sweeps import METRICS, SWEEPS, look_for, sweeps_for
 
 METRIC_HELP = ("max abs error: the largest |analytic − reference| over every element · max relative error: the same divided "
                "by |reference| (floored) · cosine to reference: 1 points the right way, −1 is exactly flipped")

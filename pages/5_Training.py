@@ -2,12 +2,12 @@
 
 import streamlit as st
 
-from lib import ui
-from lib.app import views
-from lib.present.figures.landscape import trajectory_curves_figure
-from lib.present.figures.training import training_summary
-from lib.present.tables import trajectory_rows
-from lib.explore.trajectory import LEARNING_RATES, MAX_STEPS, OPTIMIZERS
+from gradient_lab import ui
+from gradient_lab.app import views
+from gradient_lab.present.figures.landscape import trajectory_curves_figure
+from gradient_lab.present.figures.training import training_summary
+from gradient_lab.present.tables import trajectory_rows
+from gradient_lab.explore.trajectory import LEARNING_RATES, MAX_STEPS, OPTIMIZERS
 
 BADGES = {"descends": "green", "climbs": "red", "stays": "gray", "raised": "orange", "diverged": "orange"}
 

@@ -3,10 +3,10 @@ rules of the Function contract it breaks."""
 
 import streamlit as st
 
-from lib import ui
-from lib.app import views
-from lib.contract.anatomy import describe, rows_broken, rows_returned, rows_saved
-from lib.app.budget import human_bytes
+from gradient_lab import ui
+from gradient_lab.app import views
+from gradient_lab.contract.anatomy import describe, rows_broken, rows_returned, rows_saved
+from gradient_lab.app.budget import human_bytes
 
 case = ui.page_setup(
     "pages/6_Anatomy.py",

@@ -1,9 +1,9 @@
-"""Families declared by a test do not outlive it, through lib.app.family's public functions."""
+"""Families declared by a test do not outlive it, through gradient_lab.app.family's public functions."""
 
 from contextlib import contextmanager
 from typing import Iterator, Mapping
 
-from lib.app.family import Family, families, register, unregister
+from gradient_lab.app.family import Family, families, register, unregister
 
 
 def restore(before: Mapping[str, Family]) -> None:

@@ -1,6 +1,6 @@
 """The command line: the right exit status for a module whose formulas are as declared (in a
 subprocess, as CI runs it), one whose correct formula is broken, one that fails to import, and
-arguments that are wrong (in this process, through ``check.main``), and its three formats."""
+arguments that are wrong (in this process, through ``cli.main``), and its three formats."""
 
 import json
 import subprocess
@@ -10,8 +10,8 @@ from xml.etree import ElementTree
 
 import pytest
 
-from lib import check
-from lib.app.family import families
+from gradient_lab import cli
+from gradient_lab.app.family import families
 from tests.registry import families_kept
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,8 +21,8 @@ BROKEN = str(ROOT / "tests" / "fixtures" / "broken_correct.py")
 
 @pytest.fixture(autouse=True)
 def isolated():
-    """What ``check.main`` loads in this process does not outlive a test: the families it declares
-    and the users' modules lib.app.plugins put in sys.modules (a failed import's too)."""
+    """What ``cli.main`` loads in this process does not outlive a test: the families it declares
+    and the users' modules gradient_lab.app.plugins put in sys.modules (a failed import's too)."""
     modules = set(sys.modules)
     with families_kept():
         yield
@@ -36,28 +36,28 @@ def test_a_module_whose_formulas_are_as_declared_exits_0_with_a_table_that_fits_
     done = subprocess.run([sys.executable, "-m", "lib.check", EXAMPLE], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
-    assert all(len(line) <= check.WIDTH for line in lines)
+    assert all(len(line) <= cli.WIDTH for line in lines)
     assert any(line.startswith("swish / swish ") and " ok " in line for line in lines)
     assert any(line.startswith("clamp / leaks outside ") and " caught " in line for line in lines)
     assert "why: wrong only where 1 < |x| ≤ 2" in done.stdout
 
 
 def test_a_broken_correct_formula_exits_1_and_names_its_bug(capsys):
-    assert check.main([BROKEN]) == 1
+    assert cli.main(["check", BROKEN]) == 1
     out = capsys.readouterr().out
     assert "FAILED square / square (declared correct)" in out
     assert "off by a constant factor 0.5" in out
 
 
 def test_a_module_that_fails_to_import_exits_2_with_the_loaders_message(capsys):
-    assert check.main([str(ROOT / "tests" / "fixtures" / "broken_import.py")]) == 2
+    assert cli.main(["check", str(ROOT / "tests" / "fixtures" / "broken_import.py")]) == 2
     done = capsys.readouterr()
     assert not done.out and done.err.startswith("gradient lab: cannot check ")
     assert "ImportError: this module needs a package that is not installed (broken_import.py, line 3)" in done.err
 
 
 def test_an_unknown_family_is_refused_with_exit_2_and_the_families_declared(capsys):
-    assert check.main([EXAMPLE, "--family", "nope"]) == 2
+    assert cli.main(["check", EXAMPLE, "--family", "nope"]) == 2
     done = capsys.readouterr()
     assert not done.out and "declares no family 'nope'" in done.err and "swish" in done.err
 
@@ -72,14 +72,14 @@ def test_an_unknown_family_is_refused_with_exit_2_and_the_families_declared(caps
 def test_wrong_arguments_exit_2_in_words_before_anything_is_loaded(capsys, args, said):
     before = families()
     with pytest.raises(SystemExit) as exited:
-        check.main(args)
+        cli.main(["check", *args])
     assert exited.value.code == 2 and families().keys() == before.keys()
     done = capsys.readouterr()
     assert not done.out and "error: " in done.err and said in done.err
 
 
 def test_json_is_for_machines(capsys):
-    assert check.main([BROKEN, "--format", "json"]) == 1
+    assert cli.main(["check", BROKEN, "--format", "json"]) == 1
     data = json.loads(capsys.readouterr().out)
     assert data["exit_status"] == 1
     (formula,) = data["formulas"]
@@ -91,39 +91,39 @@ def test_json_is_for_machines(capsys):
 
 
 def test_junit_has_one_test_case_per_formula_and_fails_only_the_broken_correct_one(capsys):
-    assert check.main([EXAMPLE, "--format", "junit"]) == 0
+    assert cli.main(["check", EXAMPLE, "--format", "junit"]) == 0
     suite = ElementTree.fromstring(capsys.readouterr().out).find("testsuite")
     cases = {c.get("name"): c for c in suite.iter("testcase")}
     assert set(cases) == {"swish", "forgot chain rule", "clamp", "leaks outside", "row max", "to first element", "cross entropy",
                           "forgot the target"} and suite.get("failures") == "0"
-    assert check.main([BROKEN, "--format", "junit"]) == 1
+    assert cli.main(["check", BROKEN, "--format", "junit"]) == 1
     suite = ElementTree.fromstring(capsys.readouterr().out).find("testsuite")
     failure = suite.find("testcase").find("failure")
     assert suite.get("failures") == "1" and "constant factor 0.5" in failure.get("message")
 
 
 def test_a_buggy_formula_that_passes_is_a_warning_not_a_failure(capsys):
-    results = check.check_module(EXAMPLE, family="swish")
+    results = cli.check_module(EXAMPLE, family="swish")
     right, wrong = results
-    passing_bug = check.FormulaResult(wrong.family, wrong.formula, False, "pass", "passes", second_order="pass")
-    assert check.exit_status([right, passing_bug]) == 0 and passing_bug.status == "warning"
-    assert "buggy but passing" in check.text_table([right, passing_bug])
-    xml = ElementTree.fromstring(check.junit_xml([right, passing_bug]))
+    passing_bug = cli.FormulaResult(wrong.family, wrong.formula, False, "pass", "passes", second_order="pass")
+    assert cli.exit_status([right, passing_bug]) == 0 and passing_bug.status == "warning"
+    assert "buggy but passing" in cli.text_table([right, passing_bug])
+    xml = ElementTree.fromstring(cli.junit_xml([right, passing_bug]))
     assert xml.find("testsuite").get("skipped") == "1"
 
 
 def test_progress_goes_to_stderr_only_after_a_second(capsys):
-    check.Progress(after=60).say("quick")
-    check.Progress(after=0).say("slow")
+    cli.Progress(after=60).say("quick")
+    cli.Progress(after=0).say("slow")
     err = capsys.readouterr().err
     assert "quick" not in err and "slow" in err
 
 
 def test_a_broken_function_contract_is_named_and_fails_a_correct_formula(capsys):
     contract = str(ROOT / "tests" / "fixtures" / "contract_breakers.py")
-    assert check.main([contract, "--format", "json", "--shape", "3,4"]) == 0  # the one declared correct keeps the contract
+    assert cli.main(["check", contract, "--format", "json", "--shape", "3,4"]) == 0  # the one declared correct keeps the contract
     by_name = {f["formula"]: f for f in json.loads(capsys.readouterr().out)["formulas"]}
     assert by_name["good"]["contract"] == [] and by_name["good"]["status"] == "ok"
     assert any("save_for_backward" in c and "ctx.y" in c for c in by_name["tensor on ctx"]["contract"])
-    kept_on_ctx = check.FormulaResult("f", "g", True, "pass", "passes", second_order="pass", contract=["tensors are saved …: ctx.y"])
-    assert kept_on_ctx.status == "FAILED" and "contract: tensors are saved" in check.text_table([kept_on_ctx])
+    kept_on_ctx = cli.FormulaResult("f", "g", True, "pass", "passes", second_order="pass", contract=["tensors are saved …: ctx.y"])
+    assert kept_on_ctx.status == "FAILED" and "contract: tensors are saved" in cli.text_table([kept_on_ctx])

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from lib.engine.pipeline import compare_gradients
-from lib.app.family import get_family
-from lib.engine.judge import Coverage, compare_entries, row_colors
-from lib.engine.tolerances import default_tolerances
+from gradient_lab.engine.pipeline import compare_gradients
+from gradient_lab.app.family import get_family
+from gradient_lab.engine.judge import Coverage, compare_entries, row_colors
+from gradient_lab.engine.tolerances import default_tolerances
 from tests import zoo
 
 ALL = zoo.WRONG + zoo.RIGHT
@@ -107,8 +107,8 @@ def test_a_coverage_with_nothing_compared_gives_no_verdict():
 
 
 def test_a_check_cut_short_by_the_work_limit_says_so_as_coverage():
-    from lib.engine.judge import check_jacobian
-    from lib.engine.planning import plan_differences
+    from gradient_lab.engine.judge import check_jacobian
+    from gradient_lab.engine.planning import plan_differences
 
     family = get_family("softmax")
     (x,) = family.build_inputs((4, 8), seed=0)

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from lib.app.functions.cosine import FORMULAS, cosine_reference
-from lib.engine.planning import CHECK_DIRECTIONS, color_columns, is_valid_coloring, jacobian_patterns, plan_differences
-from lib.engine.evaluate import numerical_gradient, numerical_jacobian
+from gradient_lab.app.functions.cosine import FORMULAS, cosine_reference
+from gradient_lab.engine.planning import CHECK_DIRECTIONS, color_columns, is_valid_coloring, jacobian_patterns, plan_differences
+from gradient_lab.engine.evaluate import numerical_gradient, numerical_jacobian
 from tests.toys import ScaledBySum
 
 F64 = torch.float64
@@ -114,7 +114,7 @@ def test_compressed_jacobian_matches_autograd_for_any_dim(shape, dim):
 
 
 def test_structure_is_found_once_per_key_and_shape(monkeypatch):
-    import lib.engine.planning as numerical
+    import gradient_lab.engine.planning as numerical
 
     calls = []
     real = numerical.jacobian_patterns
@@ -184,7 +184,7 @@ def test_a_missed_coupling_above_the_verdicts_tolerance_is_caught():
 def test_a_kept_pattern_is_verified_at_each_new_point():
     """ReLU's structure depends on the signs: a pattern kept from one point misses couplings at
     another, and is found afresh there instead of being trusted."""
-    import lib.engine.planning as numerical
+    import gradient_lab.engine.planning as numerical
 
     numerical.forget_patterns()
     coupled = lambda x: torch.relu(x) * x.sum(-1, keepdim=True).relu()  # noqa: E731 - a row's outputs all meet when its sum > 0
@@ -237,8 +237,8 @@ def test_a_wrong_vmap_rule_does_not_corrupt_the_truth(with_reference):
 
 
 def test_kept_patterns_are_bounded_in_bytes_oldest_dropped_first(monkeypatch):
-    from lib.engine import planning as numerical
-    from lib.sizes import array_bytes
+    from gradient_lab.engine import planning as numerical
+    from gradient_lab.sizes import array_bytes
 
     softmax = lambda t: t.softmax(-1)  # noqa: E731
     x = torch.randn(8, 16, dtype=torch.float64)

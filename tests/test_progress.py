@@ -1,6 +1,6 @@
 """Progress reports reach a listener only while it listens."""
 
-from lib.progress import listening, report
+from gradient_lab.progress import listening, report
 
 
 def test_reports_reach_the_listener_clamped_and_stop_after():

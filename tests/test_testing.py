@@ -5,7 +5,7 @@ without a reference, any callable or autograd.Function."""
 import pytest
 import torch
 
-from lib.testing import assert_gradients_match, check_gradients
+from gradient_lab.testing import assert_gradients_match, check_gradients
 from tests import zoo
 
 

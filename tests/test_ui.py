@@ -7,9 +7,9 @@ import math
 
 import numpy as np
 
-from lib.app.family import get_family
-from lib.ui.downloads import _plain, csv_text
-from lib.ui.sidebar import default_formulas
+from gradient_lab.app.family import get_family
+from gradient_lab.ui.downloads import _plain, csv_text
+from gradient_lab.ui.sidebar import default_formulas
 
 
 def test_csv_text_has_a_header_and_a_row_per_dict():
@@ -31,7 +31,7 @@ def test_default_formulas_are_two_wrong_and_every_correct_one():
 
 
 def test_the_ledger_drops_the_oldest_first_to_stay_within_its_bytes():
-    from lib.ui.compute import _Ledger
+    from gradient_lab.ui.compute import _Ledger
 
     ledger, f, g = _Ledger(), object(), object()
     assert ledger.record(f, (1,), 40, limit=100, per_function=10) == []
@@ -45,7 +45,7 @@ def test_the_ledger_drops_the_oldest_first_to_stay_within_its_bytes():
 
 
 def test_the_ledger_keeps_a_bounded_number_of_entries_per_function():
-    from lib.ui.compute import _Ledger
+    from gradient_lab.ui.compute import _Ledger
 
     ledger, f, g = _Ledger(), object(), object()
     ledger.record(f, (0,), 1, limit=10**9, per_function=2)
@@ -62,7 +62,7 @@ def test_the_ledger_keeps_a_bounded_number_of_entries_per_function():
 def test_the_ledger_stays_consistent_under_threads():
     import threading
 
-    from lib.ui.compute import _Ledger
+    from gradient_lab.ui.compute import _Ledger
 
     ledger, f = _Ledger(), object()
     dropped = []
@@ -83,7 +83,7 @@ def test_cached_results_stay_within_their_share_of_the_budget(monkeypatch):
     import numpy as np
     import streamlit as st
 
-    compute = importlib.import_module("lib.ui.compute")  # the module: lib.ui's own ``compute`` is its function
+    compute = importlib.import_module("gradient_lab.ui.compute")  # the module: gradient_lab.ui's own ``compute`` is its function
 
     calls = []
 
@@ -115,7 +115,7 @@ def test_cached_results_stay_within_their_share_of_the_budget(monkeypatch):
 
 
 def test_progress_moves_the_bar_and_hands_freed_memory_back(monkeypatch):
-    compute = importlib.import_module("lib.ui.compute")
+    compute = importlib.import_module("gradient_lab.ui.compute")
     released, moved, resident = [], [], [10**9]
     monkeypatch.setattr(compute, "_RELEASE", compute._Releaser())
     monkeypatch.setattr(compute, "release_freed_memory", lambda: released.append(resident[0]) or True)

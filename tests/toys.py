@@ -3,7 +3,7 @@ with a dense Jacobian, and a formula whose forward reaches further than its refe
 
 import torch
 
-from lib.app.family import Family, Formula
+from gradient_lab.app.family import Family, Formula
 from tests.zoo import Square
 
 

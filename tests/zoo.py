@@ -11,7 +11,7 @@ from typing import Callable
 
 import torch
 
-from lib.app.family import Family, Formula
+from gradient_lab.app.family import Family, Formula
 
 Tensor = torch.Tensor
 
@@ -324,7 +324,7 @@ class Specimen:
     wrong_second: bool  # double backward wrong (or missing)
     prepare: Callable[[Tensor], Tensor] = lambda x: x
     gradcheck_blind: bool = False  # wrong, yet gradcheck passes it (its upstreams are 0 and 1 only)
-    diagnosis: str = ""  # the kind of finding the diagnosis must name (lib.engine.diagnosis)
+    diagnosis: str = ""  # the kind of finding the diagnosis must name (gradient_lab.engine.diagnosis)
 
     def inputs(self, seed: int = 0) -> tuple[Tensor, ...]:
         generator = torch.Generator().manual_seed(seed)

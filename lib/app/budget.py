@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 from typing import Sequence
 
-from lib.errors import LabError
+from ..errors import LabError
 
 DEFAULT_MEMORY_MB = 2048
 

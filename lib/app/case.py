@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from lib.app.devices import resolve_device
-from lib.errors import LabError
-from lib.app.family import Family, get_family
-from lib.explore.perturb import Perturbation, apply_perturbation
+from .devices import resolve_device
+from ..errors import LabError
+from .family import Family, get_family
+from ..explore.perturb import Perturbation, apply_perturbation
 
 Tensor = torch.Tensor
 DTYPES = {"float64": torch.float64, "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}

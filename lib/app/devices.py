@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from lib.errors import LabError
+from ..errors import LabError
 
 DEVICES = ("cpu", "cuda", "mps")
 

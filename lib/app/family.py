@@ -16,9 +16,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from lib.engine.pipeline import Problem, problem
-from lib.errors import FormulaError
-from lib.engine.signature import as_tuple, differentiable, differentiable_outputs
+from ..engine.pipeline import Problem, problem
+from ..errors import FormulaError
+from ..engine.signature import as_tuple, differentiable, differentiable_outputs
 
 Tensor = torch.Tensor
 
@@ -115,15 +115,8 @@ class Family:
 
 
 _REGISTRY: dict[str, Family] = {}
-_BUILTIN_MODULES = (
-    "lib.app.functions.cosine",
-    "lib.app.functions.logsumexp",
-    "lib.app.functions.softmax",
-    "lib.app.functions.normalize",
-    "lib.app.functions.softplus",
-    "lib.app.functions.layernorm",
-    "lib.app.functions.gelu",
-)
+_BUILTIN_MODULES = (".functions.cosine", ".functions.logsumexp", ".functions.softmax", ".functions.normalize", ".functions.softplus",
+                    ".functions.layernorm", ".functions.gelu")  # relative to this package
 
 
 def register(family: Family) -> Family:
@@ -140,7 +133,7 @@ def unregister(name: str) -> Family | None:
 def families() -> dict[str, Family]:
     """Every registered family by name: the built-in ones first, in their modules' order, then
     users' in the order they were declared."""
-    builtin = [importlib.import_module(module).FAMILY.name for module in _BUILTIN_MODULES]
+    builtin = [importlib.import_module(module, __package__).FAMILY.name for module in _BUILTIN_MODULES]
     return {**{name: _REGISTRY[name] for name in builtin if name in _REGISTRY}, **_REGISTRY}
 
 

@@ -15,12 +15,12 @@ from typing import Sequence
 
 import torch
 
-from lib.app import budget
-from lib.engine.diagnosis import MAX_ENTRIES_BY_HAND
-from lib.engine.evaluate import DEFAULT_BUDGET_BYTES, MAX_SECOND_LOOK
-from lib.engine.pipeline import DEFAULT_JACOBIAN_LIMIT, Problem, plan
-from lib.engine.planning import CHECK_DIRECTIONS, DifferencePlan, pattern_entries
-from lib.engine.tolerances import Tolerances
+from . import budget
+from ..engine.diagnosis import MAX_ENTRIES_BY_HAND
+from ..engine.evaluate import DEFAULT_BUDGET_BYTES, MAX_SECOND_LOOK
+from ..engine.pipeline import DEFAULT_JACOBIAN_LIMIT, Problem, plan
+from ..engine.planning import CHECK_DIRECTIONS, DifferencePlan, pattern_entries
+from ..engine.tolerances import Tolerances
 
 
 def chunk_bytes() -> int:

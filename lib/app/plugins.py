@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from lib.app.family import Family, families, register
+from .family import Family, families, register
 
 ENVIRONMENT_VARIABLE = "GRADIENT_LAB_FUNCTIONS"
 
@@ -83,7 +83,7 @@ def load(source: str) -> LoadResult:
                 register(family)
     declared = tuple(name for name, f in families().items() if before.get(name) != id(f))
     if not declared:
-        return LoadResult(source, (), "it declares no family: call lib.app.family.declare(...) in the module (see examples/).")
+        return LoadResult(source, (), "it declares no family: call gradient_lab.declare(...) in the module (see examples/).")
     return LoadResult(source, declared, None)
 
 

@@ -13,19 +13,19 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from lib.app import budget, guard
-from lib.app.case import Case
-from lib.engine.pipeline import check
-from lib.engine.report import GradientReport
-from lib.explore.step_sweep import StepSweep, step_sweep
-from lib.contract.conformance import Check, conformance_report
-from lib.app.devices import available_devices
-from lib.errors import LabError
-from lib.explore.landscape import GradientField, Plane, Surface, chunk_points, gradient_field, loss_surface, make_plane
-from lib.engine.signature import differentiable
-from lib.sizes import array_bytes
-from lib.engine.tolerances import Tolerances, default_tolerances
-from lib.explore.trajectory import TrajectorySet, trajectories
+from . import budget, guard
+from .case import Case
+from ..engine.pipeline import check
+from ..engine.report import GradientReport
+from ..explore.step_sweep import StepSweep, step_sweep
+from ..contract.conformance import Check, conformance_report
+from .devices import available_devices
+from ..errors import LabError
+from ..explore.landscape import GradientField, Plane, Surface, chunk_points, gradient_field, loss_surface, make_plane
+from ..engine.signature import differentiable
+from ..sizes import array_bytes
+from ..engine.tolerances import Tolerances, default_tolerances
+from ..explore.trajectory import TrajectorySet, trajectories
 
 
 @dataclass(frozen=True)
@@ -174,7 +174,7 @@ def accelerators() -> list[str]:
 
 def wrong_inputs(case: Case) -> dict[str, tuple[str, ...]]:
     """For each chosen formula, the inputs whose gradient is wrong at the case's point."""
-    from lib.engine.pipeline import wrong_inputs as find
+    from ..engine.pipeline import wrong_inputs as find
 
     _require_input_memory(case)
     family, inputs, params = case.get_family(), case.inputs(), case.param_values()
@@ -256,7 +256,7 @@ def input_sizes(case: Case) -> tuple[int, ...]:
 def perturbation_sweep(case: Case, kind: str):
     """Each formula's gradient error against the reference as one perturbation is swept
     (``lib.explore.sweeps``); returns a ``SweepResult``."""
-    from lib.explore import sweeps  # here, not at the top: this section is appended to the module
+    from ..explore import sweeps  # here, not at the top: this section is appended to the module
 
     formulas = _formulas(case)
     # its own estimate leaves out autograd's graphs through each formula: measured up to 1.8 times it
@@ -270,7 +270,7 @@ ANATOMY_ELEMENTS = 2**16  # per input: the anatomy runs the formula a few times,
 
 def anatomy(case: Case, formula: str, timed: bool = True):
     """The anatomy of ``formula`` on the case's inputs (``lib.contract.anatomy``), the reference beside it."""
-    from lib.contract.anatomy import anatomy as anatomy_of
+    from ..contract.anatomy import anatomy as anatomy_of
 
     n = math.prod(case.shape)
     if n > ANATOMY_ELEMENTS:

@@ -384,19 +384,29 @@ def _raw_backward(node, output: Tensor, create_graph: bool = False) -> tuple:
     """What a custom node's own backward returns, called directly (before PyTorch checks, sums
     or casts it), for a grad_output of ones shaped like the node's output; with ``create_graph``
     that grad_output requires grad, as double backward asks."""
-    upstream = torch.ones_like(output) if node is output.grad_fn else _upstream_for(node, output)
+    upstreams = (torch.ones_like(output),) if node is output.grad_fn and _outputs_of(node) == 1 else _upstreams_for(node, output)
     with torch.enable_grad() if create_graph else contextlib.nullcontext():
-        raw = node.apply(upstream.requires_grad_() if create_graph else upstream)
+        raw = node.apply(*(u.requires_grad_() if create_graph and u.is_floating_point() else u for u in upstreams))
     return raw if isinstance(raw, tuple) else (raw,)
 
 
-def _upstream_for(node, output: Tensor) -> Tensor:
-    """A grad_output for a custom node inside the graph: ones shaped like its own output, taken
-    from the metadata autograd keeps for it."""
+def _outputs_of(node) -> int:
     try:
-        return torch.ones(node._input_metadata[0].shape, dtype=output.dtype)  # type: ignore[attr-defined]
+        return len(node._input_metadata)  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - an internal attribute
+        return 1
+
+
+def _upstreams_for(node, output: Tensor) -> tuple[Tensor, ...]:
+    """A grad_output per output of a custom node (a Function may return several): ones shaped like
+    each floating output, from the metadata autograd keeps for it, and zeros for the others (an
+    output marked non-differentiable gets zeros, as autograd gives it)."""
+    try:
+        metadata = node._input_metadata  # type: ignore[attr-defined]
+        return tuple(torch.ones(m.shape, dtype=output.dtype) if m.dtype.is_floating_point else torch.zeros(m.shape, dtype=m.dtype)
+                     for m in metadata) or (torch.ones_like(output),)
     except Exception:  # noqa: BLE001 - an internal attribute: fall back to the graph's output shape
-        return torch.ones_like(output)
+        return (torch.ones_like(output),)
 
 
 def _double_backward_ok(node, output: Tensor) -> bool | None:

@@ -18,7 +18,7 @@ from typing import Callable
 import torch
 from torch.autograd.gradcheck import GradcheckError
 
-from lib.engine.tolerances import Tolerances, gradcheck_tolerances
+from ..engine.tolerances import Tolerances, gradcheck_tolerances
 
 Tensor = torch.Tensor
 

@@ -17,8 +17,8 @@ from typing import Sequence
 
 import numpy as np
 
-from lib.engine.judge import JacobianVerdict, compare_entries
-from lib.engine.tolerances import Tolerances
+from .judge import JacobianVerdict, compare_entries
+from .tolerances import Tolerances
 
 
 @dataclass(frozen=True)

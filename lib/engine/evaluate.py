@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 if TYPE_CHECKING:
-    from lib.engine.planning import DifferencePlan
+    from .planning import DifferencePlan
 
 Tensor = torch.Tensor
 DEFAULT_BUDGET_BYTES = 256 * 2**20
@@ -66,7 +66,10 @@ def along_direction(function, inputs, index: int, direction: Tensor, step: float
     vmap: this is what vmapped results are checked against): (outputs,)."""
     x = inputs[index]
     d = step * direction.to(x)
-    return _difference(function, inputs, index, torch.stack([x + d, x - d]), step, batched=False)[0]
+    with torch.no_grad():
+        plus = function(*inputs[:index], x + d, *inputs[index + 1 :])
+        minus = function(*inputs[:index], x - d, *inputs[index + 1 :])
+    return ((plus - minus) / (2 * step)).reshape(-1)
 
 
 def group_differences(function, inputs, plan: DifferencePlan, step: float, chunk: int, base: Tensor | None = None) -> Iterator[tuple[int, Tensor]]:
@@ -93,11 +96,20 @@ def group_differences(function, inputs, plan: DifferencePlan, step: float, chunk
 # ---- reading the Jacobian by backward calls ----------------------------------------------------------
 
 
-def vector_jacobian_products(function, inputs: Sequence[Tensor], upstreams: Tensor, batched: bool) -> list[Tensor]:
-    """uᵀJ for each u in ``upstreams`` (k, *output shape): per input, (k, elements)."""
+def forward_graph(function, inputs: Sequence[Tensor]) -> tuple[list[Tensor], Tensor]:
+    """The inputs as fresh leaves that require grad, and ``function``'s output on them: one forward
+    call whose graph several backward calls can share (``vector_jacobian_products``'s ``graph``)."""
     xs = [x.detach().requires_grad_() for x in inputs]
     with torch.enable_grad():
-        y = function(*xs)
+        return xs, function(*xs)
+
+
+def vector_jacobian_products(function, inputs: Sequence[Tensor], upstreams: Tensor, batched: bool,
+                             graph: tuple[list[Tensor], Tensor] | None = None) -> list[Tensor]:
+    """uᵀJ for each u in ``upstreams`` (k, *output shape): per input, (k, elements). On ``graph``
+    (``forward_graph`` of the same function and inputs) where given, else on a forward call of its own."""
+    xs, y = graph if graph is not None else forward_graph(function, inputs)
+    with torch.enable_grad():
         upstreams = upstreams.to(dtype=y.dtype, device=y.device)
         grads = None
         if batched and upstreams.shape[0] > 1:
@@ -107,16 +119,20 @@ def vector_jacobian_products(function, inputs: Sequence[Tensor], upstreams: Tens
                 grads = None
         if grads is None:
             per = [torch.autograd.grad(y, xs, u, retain_graph=True, allow_unused=True) for u in upstreams]
-            grads = [None if all(g[i] is None for g in per) else
-                     torch.stack([g[i] if g[i] is not None else torch.zeros_like(x) for g in per]) for i, x in enumerate(xs)]
     k = upstreams.shape[0]
+    if grads is None:  # per input, the plain calls' gradients stacked: a copy of their own
+        return [torch.zeros(k, x.numel(), dtype=torch.float64) if all(g[i] is None for g in per) else
+                torch.stack([torch.zeros_like(x) if g[i] is None else g[i].detach() for g in per]).reshape(k, -1)
+                .to(dtype=torch.float64, device="cpu").resolve_conj().resolve_neg()
+                for i, x in enumerate(xs)]
     return [torch.zeros(k, x.numel(), dtype=torch.float64) if g is None else torch.from_numpy(g.detach().reshape(k, -1).double().cpu().numpy(force=True).copy())
             for g, x in zip(grads, xs)]
 
 
 def compressed_entries(function, inputs, patterns, colors: np.ndarray, skip: np.ndarray, output_shape, budget_bytes: int,
-                       batched: bool = True) -> list[np.ndarray]:
-    """Each input's Jacobian entries on its pattern, from one backward call per row colour."""
+                       batched: bool = True, graph: tuple[list[Tensor], Tensor] | None = None) -> list[np.ndarray]:
+    """Each input's Jacobian entries on its pattern, from one backward call per row colour (on
+    ``graph``, ``forward_graph`` of the same function and inputs, where given)."""
     m, groups = colors.size, int(colors.max()) + 1 if colors.size else 0
     n = sum(x.numel() for x in inputs)
     chunk = max(1, budget_bytes // max(8 * 4 * (m + 2 * n), 1))  # the basis, the products, the backward's temporaries
@@ -128,10 +144,10 @@ def compressed_entries(function, inputs, patterns, colors: np.ndarray, skip: np.
         basis = torch.zeros(k, m, dtype=torch.float64)
         rows = np.nonzero(live & (colors >= first) & (colors < first + k))[0]
         basis[torch.from_numpy(colors[rows] - first), torch.from_numpy(rows)] = 1.0
-        products = vector_jacobian_products(function, inputs, basis.reshape(k, *output_shape), batched)
+        products = vector_jacobian_products(function, inputs, basis.reshape(k, *output_shape), batched, graph)
         for (r, c), out, product in zip(patterns, values, products):
             if k == groups:  # one chunk holds every colour (the common case): no masks
-                out[:] = product.numpy()[colors[r], c]
+                out[:] = product.numpy()[0, c] if groups == 1 else product.numpy()[colors[r], c]
                 continue
             hit = (colors[r] >= first) & (colors[r] < first + k)
             out[hit] = product.numpy()[colors[r[hit]] - first, c[hit]]
@@ -156,7 +172,11 @@ def reproduces(plan: DifferencePlan, rows: np.ndarray, cols: np.ndarray, values:
     that row): as strict as the verdict, which compares entries at atol + rtol·|truth|."""
     atol, rtol = plan.tolerance
     m = plan.n_outputs
-    largest = _row_max(rows, np.nan_to_num(np.abs(values), nan=0.0, posinf=0.0), m)  # |d| = 1: the largest term
+    magnitudes = np.abs(values)
+    finite = np.isfinite(magnitudes)
+    if not finite.all():  # NaN and inf count as 0 here
+        magnitudes = np.where(finite, magnitudes, 0.0)
+    largest = _row_max(rows, magnitudes, m)  # |d| = 1: the largest term
     for direction, observed in zip(plan.directions, plan.along):
         with np.errstate(invalid="ignore"):
             terms = values * direction[cols]

@@ -25,11 +25,12 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from lib.engine.evaluate import (
+from .evaluate import (
     DEFAULT_BUDGET_BYTES,
     MAX_SECOND_LOOK,
     compressed_entries,
     entry_noise,
+    forward_graph,
     gradient_from_entries,
     look_at_elements,
     numerical_entries,
@@ -38,9 +39,9 @@ from lib.engine.evaluate import (
     vector_jacobian_products,
     with_values,
 )
-from lib.engine.planning import DifferencePlan, row_colors
-from lib.engine.signature import name_element
-from lib.engine.tolerances import Tolerances
+from .planning import DifferencePlan, row_colors
+from .signature import name_element
+from .tolerances import Tolerances
 
 Tensor = torch.Tensor
 PROBES = 2
@@ -158,8 +159,22 @@ def truth_scale(truths: dict[str, np.ndarray]) -> float:
     truth without one); 1 when all are 0. atol is taken in this unit, so a gradient that is small
     all over (rows of norm 1e3 give a cosine gradient of 1e-3) is not passed by atol alone."""
     values = [truths["reference"]] if "reference" in truths else list(truths.values())
-    largest = max((float(np.abs(v[np.isfinite(v)]).max(initial=0.0)) for v in values), default=0.0)
+    largest = max((_largest_finite(np.abs(v)) for v in values), default=0.0)
     return largest if largest > 0 else 1.0
+
+
+def _largest_finite(magnitudes: np.ndarray) -> float:
+    """The largest finite value of an array of |values| (0 when there is none)."""
+    largest = float(magnitudes.max(initial=0.0))
+    if math.isfinite(largest):  # NaN and inf would show in the maximum: all are finite
+        return largest
+    return float(magnitudes[np.isfinite(magnitudes)].max(initial=0.0))
+
+
+def _finite_or_zero(magnitudes: np.ndarray) -> np.ndarray:
+    """|values| with NaN and inf as 0 (``np.nan_to_num(a, nan=0, posinf=0)`` for a >= 0)."""
+    finite = np.isfinite(magnitudes)
+    return magnitudes if finite.all() else np.where(finite, magnitudes, 0.0)
 
 
 @dataclass(frozen=True)
@@ -188,8 +203,10 @@ def compare_entries(analytic: np.ndarray, truths: dict[str, np.ndarray], toleran
     a failure; +inf an analytic value that is not finite."""
     a = analytic
     finite_a = np.isfinite(a)
+    all_finite_a = bool(finite_a.all())  # the common case: no masks to apply for the analytic values
     reference = truths.get("reference")
-    agrees_with_pytorch = ~finite_a & ~np.isfinite(reference) if reference is not None else np.zeros(a.shape, dtype=bool)
+    agrees_with_pytorch = (~finite_a & ~np.isfinite(reference) if reference is not None and not all_finite_a
+                           else np.zeros(a.shape, dtype=bool))
     any_truth = np.zeros(a.shape, dtype=bool)
     excess = np.full(a.shape, -np.inf)
     worst_gap, against = -np.inf, None
@@ -198,12 +215,15 @@ def compare_entries(analytic: np.ndarray, truths: dict[str, np.ndarray], toleran
         finite_truth = np.isfinite(truth)
         any_truth |= finite_truth
         with np.errstate(invalid="ignore"):
-            gap = np.abs(a - truth)
-            gap -= atol + tolerances.rtol * np.abs(truth)
+            difference = np.abs(a - truth)
+            gap = difference - (atol + tolerances.rtol * np.abs(truth))
             if noise is not None and name in noise:
-                gap = np.minimum(gap, np.abs(a - truth) - NOISE_FACTOR * noise[name])  # within the differences' own error
-        gap[~finite_a] = np.inf
-        gap[~finite_truth | agrees_with_pytorch] = -np.inf
+                gap = np.minimum(gap, difference - NOISE_FACTOR * noise[name])  # within the differences' own error
+        if not all_finite_a:
+            gap[~finite_a] = np.inf
+            gap[~finite_truth | agrees_with_pytorch] = -np.inf
+        elif not finite_truth.all():
+            gap[~finite_truth] = -np.inf
         np.maximum(excess, gap, out=excess)
         largest = gap.max(initial=-np.inf)
         if largest > 0 and largest > worst_gap:  # the truth that the worst entry is worst against
@@ -234,16 +254,18 @@ def check_jacobian(
     The truths for the entries: the reference's Jacobian on the pattern, where it reproduced
     plain differences along random directions at the point (``plans`` carry it), and the
     numerical Jacobian wherever a plan has it already or nothing else can stand in for it (no
-    reference, or one that did not reproduce the differences)."""
-    with torch.no_grad():
-        output = function(*inputs)
-    shape, m = tuple(output.shape), output.numel()
-    output_element = output_element or (lambda flat: name_element("out", shape, flat))
+    reference, or one that did not reproduce the differences).
+
+    The formula's backward calls (the entries, the probes, the zero upstream) run on one forward
+    call's graph, which is let go before the second look."""
     skip = plans[0].skip_rows if plans else np.zeros(0, dtype=np.int64)
     sizes = [x.numel() for x in inputs]
     plans = [p if p.reference_values is not None and p.values is None else with_values(function, inputs, p, budget_bytes) for p in plans]
     numerical = [numerical_entries(function, inputs, p, None, budget_bytes) if p.values is not None else None for p in plans]
     noises = [None if t is None else entry_noise(p, x, *t) for p, x, t in zip(plans, inputs, numerical)]
+    graph = forward_graph(function, inputs)
+    shape, m = tuple(graph[1].shape), graph[1].numel()
+    output_element = output_element or (lambda flat: name_element("out", shape, flat))
     patterns = [(p.rows, p.cols) if p.structured else (t[0], t[1]) for p, t in zip(plans, numerical)]
     colors = row_colors(patterns, sizes, m)
     groups = int(colors.max()) + 1 if colors.size else 0
@@ -262,23 +284,28 @@ def check_jacobian(
     kink_elements: list[np.ndarray] = [NONE] * len(inputs)
     forgiven: dict = {"kink": {}, "noise": {}}  # per input, elements judged on a second look: kinks, and the differences' noise
     if not partial:
-        analytic = compressed_entries(function, inputs, patterns, colors, skip, shape, budget_bytes)
+        analytic = compressed_entries(function, inputs, patterns, colors, skip, shape, budget_bytes, graph=graph)
         entries = _entries(names, inputs, patterns, truths, analytic, skip, noises)
-        judged = [compare_entries(e.values["analytic"], _truths(e.values), tolerances, e.noises) for e in entries]
+        scales = [truth_scale(_truths(e.values)) for e in entries]  # the truths' own: the same for both passes
+        judged = [compare_entries(e.values["analytic"], _truths(e.values), tolerances, e.noises, scale) for e, scale in zip(entries, scales)]
         if any(j.failed for j in judged):  # a failure must hold with plain calls, not only under vmap
-            analytic = compressed_entries(function, inputs, patterns, colors, skip, shape, budget_bytes, batched=False)
+            analytic = compressed_entries(function, inputs, patterns, colors, skip, shape, budget_bytes, batched=False, graph=graph)
             entries = _entries(names, inputs, patterns, truths, analytic, skip, noises)
-            judged = [compare_entries(e.values["analytic"], _truths(e.values), tolerances, e.noises) for e in entries]
-        judged, forgiven = _second_look(function, inputs, entries, judged, tolerances)
-        marked = _marked_kinks(function, inputs, entries, plans, tolerances, budget_bytes)
-        kink_elements = [np.union1d(forgiven["kink"].get(i, NONE), marked.get(i, NONE)) for i in range(len(inputs))]
-        kinks = [name_element(e.name, e.shape, int(c)) for e, elements in zip(entries, kink_elements) for c in elements]
+            judged = [compare_entries(e.values["analytic"], _truths(e.values), tolerances, e.noises, scale) for e, scale in zip(entries, scales)]
 
     generator = torch.Generator().manual_seed(seed + 7919)
     upstreams = torch.randn((probes, *shape), generator=generator, dtype=torch.float64)
     upstreams.reshape(probes, -1)[:, torch.from_numpy(skip)] = 0.0
     flat_u = upstreams.reshape(probes, -1).numpy()
-    products: dict[str, list] = {"analytic": vector_jacobian_products(function, inputs, upstreams, batched=False)}
+    products: dict[str, list] = {"analytic": vector_jacobian_products(function, inputs, upstreams, batched=False, graph=graph)}
+    zero = [p[0].numpy() for p in vector_jacobian_products(function, inputs, torch.zeros((1, *shape), dtype=torch.float64), batched=False,
+                                                           graph=graph)]
+    del graph  # every backward call of the formula is made
+    if not partial:
+        judged, forgiven = _second_look(function, inputs, entries, judged, tolerances)
+        marked = _marked_kinks(function, inputs, entries, plans, tolerances, budget_bytes)
+        kink_elements = [np.union1d(forgiven["kink"].get(i, NONE), marked.get(i, NONE)) for i in range(len(inputs))]
+        kinks = [name_element(e.name, e.shape, int(c)) for e, elements in zip(entries, kink_elements) for c in elements]
     if reference is not None:
         products["reference"] = vector_jacobian_products(reference, inputs, upstreams, batched=False)
     if any(t is not None for t in numerical):
@@ -295,10 +322,10 @@ def check_jacobian(
     def probe_noise(k: int, i: int) -> dict[str, np.ndarray] | None:
         return None if numerical[i] is None else {"numerical": product_noise(plans[i], inputs[i], numerical[i], flat_u[k])}
 
-    scales = [truth_scale(_truths(e.values)) for e in entries] if entries else [None] * len(inputs)
+    if not entries:
+        scales = [None] * len(inputs)
     probes_judged = [[compare_entries(p.products["analytic"][i], _probe_truths(p, i), tolerances, probe_noise(k, i), scales[i])
                       for i in range(len(inputs))] for k, p in enumerate(probe_list)]
-    zero = [p[0].numpy() for p in vector_jacobian_products(function, inputs, torch.zeros((1, *shape), dtype=torch.float64), batched=False)]
     finding = (_worst_entry(entries, judged, output_element, tolerances) or _not_zero(zero, names, inputs, patterns, skip)
                or _off_pattern(entries, probe_list, tolerances, scales) or _worst_probe(probe_list, probes_judged, names, inputs, tolerances, scales))
     structural = sum(r.size for r, _ in patterns)
@@ -342,9 +369,11 @@ def _not_zero(gradients: Sequence[np.ndarray], names, inputs, patterns, skip: np
     added term, or a gradient not multiplied by grad_output, shows here even when it is small.
     Elements that feed an output that is not finite are left out (0·NaN is NaN)."""
     for name, x, gradient, (rows, cols) in zip(names, inputs, gradients, patterns):
-        undefined = np.zeros(gradient.size, dtype=bool)
-        undefined[cols[np.isin(rows, skip)]] = True
-        wrong = (gradient != 0) & ~undefined
+        wrong = gradient != 0
+        if skip.size:
+            undefined = np.zeros(gradient.size, dtype=bool)
+            undefined[cols[np.isin(rows, skip)]] = True
+            wrong &= ~undefined
         if wrong.any():
             k = int(np.argmax(np.where(wrong, np.nan_to_num(np.abs(gradient), nan=np.inf), -1.0)))
             return (f"for a zero upstream gradient the formula's backward returns {gradient[k]:.6g} at {name_element(name, tuple(x.shape), k)} "
@@ -360,7 +389,8 @@ def _off_pattern(entries: Sequence[InputEntries], probes: Sequence[Probe], toler
     worst = None
     for number, probe in enumerate(probes, 1):
         for i, e in enumerate(entries):
-            terms = probe.upstream[e.rows] * e.values["analytic"]
+            upstream = probe.upstream[e.rows]
+            terms = upstream * e.values["analytic"]
             n = probe.products["analytic"][i].size
             on_pattern = np.bincount(e.cols, weights=terms, minlength=n)
             scale = np.bincount(e.cols, weights=np.abs(terms), minlength=n)
@@ -368,11 +398,14 @@ def _off_pattern(entries: Sequence[InputEntries], probes: Sequence[Probe], toler
             atol = tolerances.atol * (scales[i] if scales[i] is not None else truth_scale(truths or {"analytic": probe.products["analytic"][i]}))
             with np.errstate(invalid="ignore"):
                 outside = np.abs(probe.products["analytic"][i] - on_pattern)
-                excess = np.where(np.isfinite(on_pattern), outside - (atol + tolerances.rtol**2 * scale), -np.inf)
+                excess = outside - (atol + tolerances.rtol**2 * scale)
+                finite = np.isfinite(on_pattern)
+                if not finite.all():
+                    excess[~finite] = -np.inf
                 if truths:  # what the truth itself has outside the pattern (entries too small to see where it was found)
                     name = next(iter(truths))
-                    truth_outside = np.abs(truths[name] - np.bincount(e.cols, weights=probe.upstream[e.rows] * e.values[name], minlength=n))
-                    excess -= np.nan_to_num(truth_outside, nan=0.0, posinf=0.0)
+                    truth_outside = np.abs(truths[name] - np.bincount(e.cols, weights=upstream * e.values[name], minlength=n))
+                    excess -= _finite_or_zero(truth_outside)
             if excess.size and excess.max() > 0:
                 k = int(np.argmax(excess))
                 if worst is None or excess[k] > worst[0]:

@@ -15,15 +15,15 @@ from typing import Any, Callable, Hashable, Sequence
 import numpy as np
 import torch
 
-from lib.engine.diagnosis import diagnose, diagnose_failure
-from lib.engine.evaluate import DEFAULT_BUDGET_BYTES, numerical_entries, numerical_gradient, numerical_jacobian, product_noise, with_values
-from lib.engine.judge import JacobianVerdict, check_jacobian, compare_entries, tolerances_text, truth_scale
-from lib.engine.planning import DifferencePlan, plan_differences
-from lib.engine.report import PAIRS, Failure, GradientReport, InputComparison, Verdict, error_map, non_finite
-from lib.engine.signature import Signature, name_element, read_signature
-from lib.engine.second_order import check_second_order
-from lib.engine.tolerances import Tolerances, default_tolerances
-from lib.errors import LabError
+from .diagnosis import diagnose, diagnose_failure
+from .evaluate import DEFAULT_BUDGET_BYTES, numerical_entries, numerical_gradient, numerical_jacobian, product_noise, with_values
+from .judge import JacobianVerdict, check_jacobian, compare_entries, tolerances_text, truth_scale
+from .planning import DifferencePlan, plan_differences
+from .report import PAIRS, Failure, GradientReport, InputComparison, Verdict, error_map, non_finite
+from .signature import Signature, name_element, read_signature
+from .second_order import check_second_order
+from .tolerances import Tolerances, default_tolerances
+from ..errors import LabError
 
 Tensor = torch.Tensor
 DEFAULT_JACOBIAN_LIMIT = 64 * 64  # entries of one input's Jacobian worth drawing as a heatmap

@@ -22,7 +22,8 @@ from typing import Callable, Hashable, Iterator, Sequence
 import numpy as np
 import torch
 
-from lib.engine.evaluate import DEFAULT_BUDGET_BYTES, _chunk_size, along_direction, compressed_entries, reproduces, with_values
+from .evaluate import (DEFAULT_BUDGET_BYTES, _chunk_size, along_direction, compressed_entries, forward_graph, reproduces,
+                                 with_values)
 
 Tensor = torch.Tensor
 
@@ -104,18 +105,21 @@ def jittered_point(inputs: Sequence[Tensor], jitter: float = 1e-3) -> list[Tenso
     added, the same every time for the same inputs."""
     generator = torch.Generator().manual_seed(0)
     finite = [x.detach().nan_to_num(0.0, posinf=1.0, neginf=-1.0) for x in inputs]
-    return [x + jitter * (x.abs().mean() + 1) * torch.randn(x.shape, generator=generator, dtype=torch.float64).to(x) for x in finite]
+    # drawn in float32 on the CPU (a jitter needs no more, and is drawn four times faster so), then cast
+    return [x + jitter * (x.abs().mean() + 1) * torch.randn(x.shape, generator=generator, dtype=torch.float32).to(x) for x in finite]
 
 
-def jacobian_patterns(reference: Callable[..., Tensor], inputs: Sequence[Tensor], budget_bytes: int, jitter: float = 1e-3) -> list[tuple[np.ndarray, np.ndarray]]:
+def jacobian_patterns(reference: Callable[..., Tensor], inputs: Sequence[Tensor], budget_bytes: int, jitter: float = 1e-3,
+                      by_rows: bool = False) -> list[tuple[np.ndarray, np.ndarray]]:
     """For each input, (row, col) of every entry of the reference's Jacobian that is not 0.
 
     Read at a jittered point with NaN and Inf replaced, so that neither a zero holding only at this
     point (a zero row, say) nor a NaN spreading through 0·NaN is taken for structure. Where every
     input element feeds one output at most (reductions along a dim, elementwise functions), a few
-    backward calls read the whole pattern (``_one_row_patterns``); else one row per output."""
+    backward calls read the whole pattern (``_one_row_patterns``, unless ``by_rows``); else one row
+    per output."""
     point = jittered_point(inputs, jitter)
-    compressed = _one_row_patterns(reference, point)
+    compressed = None if by_rows else _one_row_patterns(reference, point, budget_bytes)
     if compressed is not None:
         return compressed
     found: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in inputs]
@@ -130,33 +134,43 @@ SPREAD_UPSTREAMS = 22  # at most this many backward calls read a pattern by ``_o
 
 
 @functools.lru_cache(maxsize=8)
-def _row_codes(m: int) -> tuple[int, np.ndarray] | None:
+def _row_codes(m: int) -> tuple[int, np.ndarray, np.ndarray | None] | None:
     """For ``m`` outputs: the fewest upstreams k such that m outputs get distinct sets of k // 2 of
-    them (C(k, k // 2) >= m, Sperner), and those sets as bit masks, ascending; None past
-    SPREAD_UPSTREAMS."""
+    them (C(k, k // 2) >= m, Sperner), those sets as bit masks, ascending, and (for k <= 16) the
+    output of each mask (-1: no output's); None past SPREAD_UPSTREAMS."""
     k = 1
     while math.comb(k, k // 2) < m:
         k += 1
     if k > SPREAD_UPSTREAMS:
         return None
     every = np.arange(2**k, dtype=np.int64)
-    return k, every[np.bitwise_count(every) == k // 2][:m]
+    masks = every[np.bitwise_count(every) == k // 2][:m]
+    lookup = None
+    if k <= 16:
+        lookup = np.full(2**k, -1, dtype=np.int64)
+        lookup[masks] = np.arange(m)
+    return k, masks, lookup
 
 
-def _one_row_patterns(reference: Callable[..., Tensor], point: Sequence[Tensor]) -> list[tuple[np.ndarray, np.ndarray]] | None:
-    """The pattern of each input's Jacobian at ``point`` from k backward calls, C(k, k // 2) >= m
-    (8 for 64 outputs), where every input element feeds one output at most; None where one feeds
-    several (or the calls fail).
+def _one_row_patterns(reference: Callable[..., Tensor], point: Sequence[Tensor], budget_bytes: int = DEFAULT_BUDGET_BYTES
+                      ) -> list[tuple[np.ndarray, np.ndarray]] | None:
+    """The pattern of each input's Jacobian at ``point`` from k products uᵀJ (backward calls under
+    vmap, ``_products``), C(k, k // 2) >= m (8 for 64 outputs, where reading row by row takes
+    64), where every input element feeds one output at most; None where one feeds several (or the
+    calls fail).
 
-    Each output gets its own set of k // 2 of the k upstreams (``_row_codes``), which hold random
-    weights >= 1 on the outputs whose set they are in and 0 elsewhere. An element feeding one
-    output is not 0 in exactly that output's upstreams (one term: a nonzero entry times a weight
-    >= 1), and 0 in the others: which of them spells the output. An element feeding no output is
-    0 in all of them. An element feeding two or more outputs is not 0 in the union of their sets,
-    which is larger than k // 2 since no set holds another (each upstream where one of its terms
-    stands alone is not 0; only an exact cancellation of randomly weighted terms could hide it),
-    and sends the reading row by row, as do results that are not finite. Only zeros are read,
-    never values, so no entry can be lost below another's rounding."""
+    Each output gets its own set of k // 2 of the k upstreams (``_row_codes``), which hold a
+    weight on the outputs whose set they are in and 0 elsewhere: a power of two, random per output,
+    which floating point scales by exactly, so an element feeding one output is in each product
+    exactly its weight times what reading that output's row gives, 0 exactly where that is. So it
+    is not 0 in exactly that output's upstreams (or in none, an entry that is 0), which spell the
+    output. An element feeding two or more outputs is not 0 in the union of their sets, which is
+    larger than k // 2 since no set holds another (each upstream where one of its terms stands
+    alone is not 0), and sends the reading row by row, as do results that are not finite. Only
+    zeros are read, never values, so no entry can be lost below another's rounding; the one way
+    to mislead it, terms cancelling exactly in an upstream (entries opposite in sign whose ratio
+    is the inverse of their weights'), gives a pattern that fails the check at the point, which
+    then reads the pattern row by row (``plan_differences``)."""
     xs = [x.detach().requires_grad_() for x in point]
     try:
         with torch.enable_grad():
@@ -165,31 +179,72 @@ def _one_row_patterns(reference: Callable[..., Tensor], point: Sequence[Tensor])
         codes = _row_codes(m) if y.requires_grad else None
         if codes is None or codes[0] >= m:  # a row per output is as cheap (or nothing to read here)
             return None
-        k, masks = codes
-        weight = 1 + torch.rand(m, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+        k, masks, lookup = codes
+        spread = min(48, int(math.log2(torch.finfo(y.dtype).max)) // 4)  # room above the entries for 2**(spread - 1)
+        weight = 2.0 ** torch.randint(0, spread, (m,), generator=torch.Generator().manual_seed(2), dtype=torch.float64)
         member = torch.from_numpy((masks[None, :] >> np.arange(k)[:, None]) & 1)  # (k, m): output in upstream t
         upstreams = (member * weight).to(dtype=y.dtype, device=y.device)
-        # one plain call each: never vmap here, whose larger operations stall on a shared, busy machine
-        per = [torch.autograd.grad(y, xs, u.reshape(y.shape), retain_graph=True, allow_unused=True) for u in upstreams]
+        per_input = _nonzero_products(y, xs, upstreams.reshape(k, *y.shape), budget_bytes)
     except Exception:  # noqa: BLE001 - read row by row instead, where the failure is told
         return None
-    place = (1 << np.arange(k, dtype=np.int64))[:, None]
+    place = (1 << np.arange(k, dtype=np.int32))[:, None]
     found = []
-    for i, x in enumerate(xs):
-        if all(g[i] is None for g in per):  # the output does not depend on this input at all
+    for nonzero in per_input:
+        if nonzero is None:  # the output does not depend on this input at all
             found.append((np.zeros(0, dtype=INDEX), np.zeros(0, dtype=INDEX)))
             continue
-        nonzero = np.stack([np.zeros(x.numel(), dtype=bool) if g[i] is None else (g[i].detach().reshape(-1) != 0).cpu().numpy()
-                            for g in per])
-        cols = np.flatnonzero(nonzero.any(0))
-        spelled = (nonzero[:, cols] * place).sum(0)
-        rows = np.searchsorted(masks, spelled)
-        if rows.size and not bool((masks[np.minimum(rows, m - 1)] == spelled).all()):  # an element feeding several outputs
-            return None
+        spelled = (nonzero * place).sum(0, dtype=np.int32)  # per element, the mask of the upstreams where it is not 0
+        cols = np.flatnonzero(spelled)
+        spelled = spelled[cols]
+        if lookup is not None:
+            rows = lookup[spelled]
+            if bool((rows < 0).any()):  # an element feeding several outputs
+                return None
+        else:
+            rows = np.searchsorted(masks, spelled)
+            if rows.size and not bool((masks[np.minimum(rows, m - 1)] == spelled).all()):  # an element feeding several outputs
+                return None
         if rows.size and not bool(np.all(rows[1:] >= rows[:-1])):  # row by row, as the rows are read
             order = np.argsort(rows.astype(np.uint16) if m <= 2**16 else rows, kind="stable")
             rows, cols = rows[order], cols[order]
         found.append((rows.astype(INDEX), cols.astype(INDEX)))
+    return found
+
+
+SERIAL_ELEMENTS = 32767  # torch runs an operation on fewer elements than its grain size (32768) on one thread
+
+
+def _nonzero_products(y: Tensor, xs: Sequence[Tensor], upstreams: Tensor, budget_bytes: int) -> list[np.ndarray | None]:
+    """Per input, where the gradients of ``y`` for each of ``upstreams`` (k, *y.shape) are not 0:
+    (k, elements), as plain calls give them, or None where ``y`` does not depend on the input.
+    Under vmap in batches within the memory budget, else (a backward without a vmap rule) one
+    call each. Where torch has several threads, a batch is also kept small enough for its
+    operations to run on one: on a busy machine, an operation split across threads waits for a
+    core, milliseconds at a time (a batch of 8 for a 64×128 cosine took 125 ms so, 1 ms alone)."""
+    k = upstreams.shape[0]
+    batch = _chunk_size(sum(x.numel() for x in xs), y.numel(), y.element_size(), budget_bytes)
+    if torch.get_num_threads() > 1:
+        batch = min(batch, max(1, SERIAL_ELEMENTS // max(y.numel(), *(x.numel() for x in xs), 1)))
+    chunks: list[tuple[int, list[np.ndarray | None]]] = []  # per chunk of upstreams: its size, and per input
+    try:
+        if batch <= 1 or k <= 1:
+            raise NotImplementedError
+        for first in range(0, k, batch):
+            chunk = upstreams[first : first + batch]
+            grads = torch.autograd.grad(y, xs, chunk, retain_graph=True, is_grads_batched=True, allow_unused=True)
+            chunks.append((chunk.shape[0], [None if g is None else (g.detach() != 0).reshape(chunk.shape[0], -1).cpu().numpy() for g in grads]))
+    except Exception:  # noqa: BLE001 - a backward that vmap cannot run (or nothing to batch): one call per upstream
+        chunks = []
+        for u in upstreams:
+            grads = torch.autograd.grad(y, xs, u, retain_graph=True, allow_unused=True)
+            chunks.append((1, [None if g is None else (g.detach() != 0).reshape(1, -1).cpu().numpy() for g in grads]))
+    found: list[np.ndarray | None] = []
+    for i, x in enumerate(xs):
+        parts = [(size, per[i]) for size, per in chunks]
+        if all(part is None for _, part in parts):
+            found.append(None)
+            continue
+        found.append(np.concatenate([np.zeros((size, x.numel()), dtype=bool) if part is None else part for size, part in parts]))
     return found
 
 
@@ -203,10 +258,20 @@ def row_colors(patterns: Sequence[tuple[np.ndarray, np.ndarray]], sizes: Sequenc
 
 def _rank_within(keys: np.ndarray, n: int) -> np.ndarray:
     """For each of ``n`` items, its position among the items of equal key (in index order)."""
-    order = np.lexsort((np.arange(n), keys))
-    sorted_keys = keys[order]
+    index = np.arange(n)
+    if n < 2 or bool(np.all(keys[1:] >= keys[:-1])):  # already in order (patterns read row by row): no sort
+        order, sorted_keys = None, keys
+    else:
+        low = int(keys.min())
+        # a stable sort keeps index order among equal keys; small keys sort by radix
+        order = np.argsort((keys - low).astype(np.uint16) if int(keys.max()) - low < 2**16 else keys, kind="stable")
+        sorted_keys = keys[order]
+    starts = np.r_[True, sorted_keys[1:] != sorted_keys[:-1]] if n else np.zeros(0, dtype=bool)
+    within = index - np.maximum.accumulate(np.where(starts, index, 0))
+    if order is None:
+        return within
     ranks = np.empty(n, dtype=np.int64)
-    ranks[order] = np.arange(n) - np.searchsorted(sorted_keys, sorted_keys, side="left")
+    ranks[order] = within
     return ranks
 
 
@@ -230,15 +295,19 @@ def color_columns(rows: np.ndarray, cols: np.ndarray, n_cols: int) -> np.ndarray
     kept whenever it is valid. Otherwise greedy first-fit over the column intersection graph,
     unless that would look at too many pairs: then one colour per column.
     """
-    if rows.size == 0:
+    if rows.size == 0 or int(np.bincount(rows).max()) <= 1:  # no two columns share a row: one colour
         return np.zeros(n_cols, dtype=np.int64)
     first_row = np.full(n_cols, np.iinfo(np.int64).max, dtype=np.int64)
-    np.minimum.at(first_row, cols, rows.astype(np.int64))
+    once = int(np.bincount(cols, minlength=n_cols).max()) <= 1  # every column in one row (row-wise reductions, elementwise)
+    if once:
+        first_row[cols] = rows
+    else:
+        np.minimum.at(first_row, cols, rows.astype(np.int64))
     untouched = first_row == np.iinfo(np.int64).max
     first_row[untouched] = -1  # columns no output depends on: colour 0 and up, among themselves
     colors = _rank_within(first_row, n_cols)
     colors[untouched] = 0
-    if is_valid_coloring(rows, cols, colors):
+    if once or is_valid_coloring(rows, cols, colors):  # in one row each, columns of a row have distinct ranks: valid as made
         return colors
     row_lengths = np.bincount(rows)
     if float((row_lengths.astype(np.float64) ** 2).sum()) > GREEDY_WORK_LIMIT:
@@ -299,6 +368,9 @@ def plan_differences(
         if cached and any(plan is None for plan in plans):  # a kept pattern that does not hold here
             structures = _fresh_structures(reference, inputs, budget_bytes, structure_key, at_point=True)
             plans = _checked_plans(function, reference, inputs, base, structures, budget_bytes)
+        if any(plan is None for plan in plans) and _one_row_each(structures):  # it may have been read in a few products
+            structures = _fresh_structures(reference, inputs, budget_bytes, structure_key, at_point=cached, by_rows=True)
+            plans = _checked_plans(function, reference, inputs, base, structures, budget_bytes)
     except Exception as error:  # noqa: BLE001
         return [dense(i, f"the reference's Jacobian failed ({type(error).__name__}: {error})") for i in range(len(inputs))]
     why = "the Jacobian's pattern did not reproduce differences along random directions at this point"
@@ -339,10 +411,11 @@ def _structures(reference, inputs, budget_bytes: int, key: Hashable | None) -> t
     return _fresh_structures(reference, inputs, budget_bytes, key), False
 
 
-def _fresh_structures(reference, inputs, budget_bytes: int, key: Hashable | None, at_point: bool = False) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    patterns = jacobian_patterns(reference, inputs, budget_bytes)
+def _fresh_structures(reference, inputs, budget_bytes: int, key: Hashable | None, at_point: bool = False,
+                      by_rows: bool = False) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    patterns = jacobian_patterns(reference, inputs, budget_bytes, 1e-3, by_rows) if by_rows else jacobian_patterns(reference, inputs, budget_bytes)
     if at_point:  # the union with the pattern at the point itself: value-dependent structure
-        here = jacobian_patterns(reference, inputs, budget_bytes, jitter=0.0)
+        here = jacobian_patterns(reference, inputs, budget_bytes, jitter=0.0, by_rows=by_rows)
         patterns = [_union(a, b, x.numel()) for a, b, x in zip(patterns, here, inputs)]
     found = [(rows, cols, color_columns(rows, cols, x.numel())) for (rows, cols), x in zip(patterns, inputs)]
     full_key = _full_key(key, inputs)
@@ -351,6 +424,12 @@ def _fresh_structures(reference, inputs, budget_bytes: int, key: Hashable | None
         while _STRUCTURES and (len(_STRUCTURES) > _STRUCTURES_KEPT or _structures_bytes() > _STRUCTURES_BYTES):
             _STRUCTURES.popitem(last=False)  # the oldest first; one pattern larger than the bound is not kept
     return found
+
+
+def _one_row_each(structures) -> bool:
+    """Whether every input element feeds one output at most in these patterns: the only patterns
+    ``_one_row_patterns`` gives."""
+    return all(cols.size == 0 or int(np.bincount(cols).max()) <= 1 for _, cols, _ in structures)
 
 
 def forget_patterns() -> None:
@@ -385,10 +464,11 @@ def _checked_plans(function, reference, inputs, base: Sequence[DifferencePlan], 
     the reference's Jacobian on it (cheap: a backward call per row colour), else by the
     compressed differences themselves (a forward evaluation per colour)."""
     patterns = [(rows, cols) for rows, cols, _ in structures]
-    with torch.no_grad():
-        output = reference(*inputs)
-    colors = row_colors(patterns, [x.numel() for x in inputs], output.numel())
-    by_reference = compressed_entries(reference, inputs, patterns, colors, np.zeros(0, dtype=np.int64), tuple(output.shape), budget_bytes)
+    graph = forward_graph(reference, inputs)  # one forward call: the output's shape, and the backward calls' graph
+    shape, m = tuple(graph[1].shape), graph[1].numel()
+    colors = row_colors(patterns, [x.numel() for x in inputs], m)
+    by_reference = compressed_entries(reference, inputs, patterns, colors, np.zeros(0, dtype=np.int64), shape, budget_bytes, graph=graph)
+    del graph
     plans: list[DifferencePlan | None] = []
     for plan, (rows, cols, column_colors), values in zip(base, structures, by_reference):
         n = plan.n_inputs

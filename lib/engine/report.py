@@ -8,13 +8,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from lib.engine.diagnosis import Diagnosis
-from lib.engine.judge import JacobianVerdict
-from lib.engine.planning import DifferencePlan
-from lib.engine.second_order import SecondOrderVerdict
-from lib.engine.signature import Signature, name_index
-from lib.engine.tolerances import Tolerances
-from lib.errors import original
+from .diagnosis import Diagnosis
+from .judge import JacobianVerdict
+from .planning import DifferencePlan
+from .second_order import SecondOrderVerdict
+from .signature import Signature, name_index
+from .tolerances import Tolerances
+from ..errors import original
 
 
 SOURCES = ("analytic", "reference", "numerical")

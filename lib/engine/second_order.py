@@ -22,9 +22,9 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from lib.engine.judge import compare_entries
-from lib.engine.signature import name_element
-from lib.engine.tolerances import Tolerances
+from .judge import compare_entries
+from .signature import name_element
+from .tolerances import Tolerances
 
 Tensor = torch.Tensor
 OUTCOMES = ("pass", "fail", "not differentiable", "not checked")

@@ -17,11 +17,11 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from lib.errors import LabError
-from lib.app.family import Family
-from lib.engine.evaluate import DEFAULT_BUDGET_BYTES
-from lib.engine.signature import name_element
-from lib.progress import report
+from ..errors import LabError
+from ..app.family import Family
+from ..engine.evaluate import DEFAULT_BUDGET_BYTES
+from ..engine.signature import name_element
+from ..progress import report
 
 Tensor = torch.Tensor
 PLANE_MODES = ("random", "gradient", "coordinates", "input plane")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from lib.errors import LabError
+from ..errors import LabError
 
 Tensor = torch.Tensor
 ALIGNMENTS = ("none", "parallel", "antiparallel")

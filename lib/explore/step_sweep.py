@@ -10,13 +10,13 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from lib.app.family import Family
-from lib.engine.evaluate import DEFAULT_BUDGET_BYTES, numerical_gradient
-from lib.engine.pipeline import _gradients, _require_work, upstream_gradient
-from lib.engine.planning import plan_differences
-from lib.engine.signature import differentiable
-from lib.engine.tolerances import default_tolerances
-from lib.errors import LabError
+from ..app.family import Family
+from ..engine.evaluate import DEFAULT_BUDGET_BYTES, numerical_gradient
+from ..engine.pipeline import _gradients, _require_work, upstream_gradient
+from ..engine.planning import plan_differences
+from ..engine.signature import differentiable
+from ..engine.tolerances import default_tolerances
+from ..errors import LabError
 
 Tensor = torch.Tensor
 

@@ -17,12 +17,12 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from lib.app.case import DTYPES, Case
-from lib.engine.pipeline import _cosine
-from lib.engine.report import error_map
-from lib.errors import LabError
-from lib.explore.landscape import loss_gradient
-from lib.progress import report
+from ..app.case import DTYPES, Case
+from ..engine.pipeline import _cosine
+from ..engine.report import error_map
+from ..errors import LabError
+from .landscape import loss_gradient
+from ..progress import report
 
 Tensor = torch.Tensor
 MAX_POINTS = 64

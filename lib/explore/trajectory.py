@@ -15,10 +15,10 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from lib.errors import LabError
-from lib.app.family import Family
-from lib.explore.landscape import Plane, loss_gradient
-from lib.progress import report
+from ..errors import LabError
+from ..app.family import Family
+from .landscape import Plane, loss_gradient
+from ..progress import report
 
 Tensor = torch.Tensor
 

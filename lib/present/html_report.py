@@ -15,9 +15,9 @@ from typing import Sequence
 
 import plotly.graph_objects as go
 
-from lib.app import views
-from lib.errors import LabError
-from lib.present.figures.check import diagnosis_scatter, error_heatmap, gradient_heatmaps, step_sweep_figure
+from ..app import views
+from ..errors import LabError
+from .figures.check import diagnosis_scatter, error_heatmap, gradient_heatmaps, step_sweep_figure
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1200px; color: #222; padding: 0 1rem; }

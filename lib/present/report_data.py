@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from lib.engine.report import PAIRS, SOURCES, GradientReport, InputComparison, error_map
+from ..engine.report import PAIRS, SOURCES, GradientReport, InputComparison, error_map
 
 # Heatmaps build one hover label per element: above this many, only a leading block is drawn.
 DRAW_LIMIT = 20_000

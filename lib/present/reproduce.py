@@ -27,14 +27,15 @@ from pathlib import Path
 
 import torch
 
-from lib.app.case import Case
-from lib.engine.pipeline import choose_upstream
-from lib.app.devices import device_problem
-from lib.errors import LabError
-from lib.explore.perturb import Perturbation
-from lib.engine.tolerances import default_tolerances
+from ..app.case import Case
+from ..engine.pipeline import choose_upstream
+from ..app.devices import device_problem
+from ..errors import LabError
+from ..explore.perturb import Perturbation
+from ..engine.tolerances import default_tolerances
 
-REPOSITORY = Path(__file__).resolve().parents[2]  # Gradient Lab's repository: where lib/ lives
+PACKAGE = __name__.split(".")[0]  # Gradient Lab's import package: gradient_lab
+REPOSITORY = Path(sys.modules[PACKAGE].__file__).resolve().parents[1]  # where it is importable from: a checkout's root, or site-packages
 
 
 def _perturbation_source(perturbation: Perturbation) -> str:
@@ -80,6 +81,8 @@ def _location(module_name: str) -> tuple[str, Path | None]:
     if not file:
         return module_name, None
     file = Path(file).resolve()
+    if module_name.split(".")[0] == PACKAGE:  # Gradient Lab's own (the gallery): by its package's name, from where that is
+        return module_name, REPOSITORY
     parts = module_name.split(".")
     tail = (*parts, "__init__.py") if file.name == "__init__.py" else (*parts[:-1], parts[-1] + ".py")
     if file.parts[-len(tail):] == tail:
@@ -88,14 +91,14 @@ def _location(module_name: str) -> tuple[str, Path | None]:
 
 
 def _imports_lib(module_name: str) -> bool:
-    """Whether a module's source imports Gradient Lab's lib (a user's module does, for declare)."""
+    """Whether a module's source imports Gradient Lab (a user's module does, for declare)."""
     try:
         tree = ast.parse(inspect.getsource(sys.modules[module_name]))
     except (OSError, TypeError, SyntaxError):
-        return True  # cannot tell: the script says where lib is, to be safe
+        return True  # cannot tell: the script says where Gradient Lab is, to be safe
     return any(
-        (isinstance(node, ast.Import) and any(alias.name.split(".")[0] == "lib" for alias in node.names))
-        or (isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "lib")
+        (isinstance(node, ast.Import) and any(alias.name.split(".")[0] == PACKAGE for alias in node.names))
+        or (isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == PACKAGE)
         for node in ast.walk(tree)
     )
 
@@ -318,8 +321,8 @@ def _sources(family, formula: str) -> tuple[list[str], list[str], list[str], str
         modules += [import_name] if import_name not in modules else []
         if directory is not None:
             directories.setdefault(str(directory), "REFERENCE_DIR" if directories else "MODULE_DIR")
-        if import_name.split(".")[0] != "lib" and _imports_lib(module):
-            directories.setdefault(str(REPOSITORY), "LAB_DIR")  # a user's module that imports lib (for declare)
+        if import_name.split(".")[0] != PACKAGE and _imports_lib(module):
+            directories.setdefault(str(REPOSITORY), "LAB_DIR")  # a user's module that imports gradient_lab (for declare)
     if any("importlib" in line for line in imports):
         imports.insert(0, "import importlib  # noqa: E402")
     paths = [f"{variable} = {directory!r}" for directory, variable in directories.items()]
@@ -351,8 +354,8 @@ def python_snippet(case: Case, formula: str) -> str:
              f"wherever Python finds {'them' if many else 'it'} (PYTHONPATH, the working directory), else from where "
              f"{'they were' if many else 'it was'} when this script was written (the directories below, searched last).")
     if any(line.startswith("LAB_DIR") for line in paths):
-        needs += (f" {' and '.join(m for m in modules if m.split('.')[0] != 'lib')} imports Gradient Lab's lib "
-                  "(for lib.app.family.declare): LAB_DIR says where it was.")
+        needs += (f" {' and '.join(m for m in modules if m.split('.')[0] != PACKAGE)} imports Gradient Lab "
+                  f"(for {PACKAGE}.declare): LAB_DIR says where it was.")
     if reference_call:
         truth_name, truth_words = "reference", "the gradient of the family's reference, by autograd through its plain torch ops."
         truth_block = _REFERENCE_TRUTH

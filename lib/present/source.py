@@ -10,7 +10,7 @@ from typing import Callable
 
 import torch
 
-from lib.app.family import Formula
+from ..app.family import Formula
 
 
 def function_class(function: Callable) -> type[torch.autograd.Function] | None:

@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 
-from lib.explore.landscape import GradientField
-from lib.explore.trajectory import TrajectorySet
+from ..explore.landscape import GradientField
+from ..explore.trajectory import TrajectorySet
 
 
 def _finite_or_nan(value) -> float:

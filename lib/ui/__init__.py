@@ -12,10 +12,10 @@ import torch
 # 5.2 ms for that cosine): a single user's heavy surface pays for the server's steadiness.
 torch.set_num_threads(1)
 
-from lib.ui.compute import compute, guard  # noqa: E402 - after set_num_threads, before anything of torch's runs
-from lib.ui.downloads import download  # noqa: E402
-from lib.ui.planes import plane_controls  # noqa: E402
-from lib.ui.show import badge, chart, sentence, verdict_box  # noqa: E402
-from lib.ui.sidebar import URL, page_setup  # noqa: E402
+from .compute import compute, guard  # noqa: E402 - after set_num_threads, before anything of torch's runs
+from .downloads import download  # noqa: E402
+from .planes import plane_controls  # noqa: E402
+from .show import badge, chart, sentence, verdict_box  # noqa: E402
+from .sidebar import URL, page_setup  # noqa: E402
 
 __all__ = ["URL", "badge", "chart", "compute", "download", "guard", "page_setup", "plane_controls", "sentence", "verdict_box"]

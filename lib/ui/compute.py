@@ -14,10 +14,10 @@ from typing import Any, Callable, Hashable, Iterator
 
 import streamlit as st
 
-from lib.app.budget import memory_budget, release_freed_memory, resident_bytes
-from lib.errors import LabError
-from lib.progress import listening
-from lib.sizes import array_bytes
+from ..app.budget import memory_budget, release_freed_memory, resident_bytes
+from ..errors import LabError
+from ..progress import listening
+from ..sizes import array_bytes
 
 try:  # Streamlit's own flag for "inside a cached function"; internal, so optional
     from streamlit.runtime.scriptrunner_utils.script_run_context import in_cached_function

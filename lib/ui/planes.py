@@ -6,9 +6,9 @@ from typing import Sequence
 
 import streamlit as st
 
-from lib.app import views
-from lib.app.case import Case
-from lib.ui.sidebar import URL
+from ..app import views
+from ..app.case import Case
+from .sidebar import URL
 
 
 PLANE_SPANS = [0.25, 0.5, 1.0, 2.0, 4.0]
@@ -20,7 +20,7 @@ PLANE_HELP = ("random: two Gaussian directions scaled to each row's norm · grad
 def plane_controls(prefix: str, case: Case, sizes: Sequence[int], columns: Sequence) -> tuple[views.PlaneSpec, float]:
     """The plane's widgets in five given columns (mode, moving input, two extras, span), keyed
     ``<prefix>_...``; returns the plane and the view's half-width."""
-    from lib.explore.landscape import PLANE_MODES
+    from ..explore.landscape import PLANE_MODES
 
     plane_col, input_col, extra_a, extra_b, span_col = columns
     names = case.get_family().input_names

@@ -11,12 +11,12 @@ from typing import Any
 import pandas  # noqa: F401 - imported whole before any session: a half-imported pandas breaks plotly in another session
 import streamlit as st
 
-from lib.app import plugins
-from lib.app.case import DTYPES, Case
-from lib.engine.pipeline import UPSTREAMS
-from lib.app.devices import DEVICES, device_problem
-from lib.app.family import Family, families
-from lib.explore.perturb import ALIGNMENTS, INJECTIONS, Perturbation
+from ..app import plugins
+from ..app.case import DTYPES, Case
+from ..engine.pipeline import UPSTREAMS
+from ..app.devices import DEVICES, device_problem
+from ..app.family import Family, families
+from ..explore.perturb import ALIGNMENTS, INJECTIONS, Perturbation
 
 MAX_ROWS, MAX_FEATURES, MAX_DEPTH = 4096, 4096, 64
 URL = "query-params"

@@ -7,9 +7,9 @@ from collections import OrderedDict
 import pytest
 import torch
 
-from lib.app import budget
-from lib.errors import LabError
-from lib.engine.tolerances import default_tolerances
+from gradient_lab.app import budget
+from gradient_lab.errors import LabError
+from gradient_lab.engine.tolerances import default_tolerances
 
 
 def test_budget_comes_from_the_environment(monkeypatch):
@@ -58,9 +58,9 @@ def test_a_report_estimate_grows_with_every_term_and_bounds_its_phases():
 
 
 def test_the_engine_limits_the_estimate_assumes_are_the_engines():
-    from lib.engine.pipeline import DEFAULT_JACOBIAN_LIMIT
-    from lib.engine.diagnosis import MAX_ENTRIES_BY_HAND
-    from lib.engine.evaluate import MAX_SECOND_LOOK
+    from gradient_lab.engine.pipeline import DEFAULT_JACOBIAN_LIMIT
+    from gradient_lab.engine.diagnosis import MAX_ENTRIES_BY_HAND
+    from gradient_lab.engine.evaluate import MAX_SECOND_LOOK
 
     defaults = budget.report_bytes.__kwdefaults__
     assert defaults == {"looked": MAX_SECOND_LOOK, "drawn_jacobian": DEFAULT_JACOBIAN_LIMIT, "by_hand": MAX_ENTRIES_BY_HAND}
@@ -69,9 +69,9 @@ def test_the_engine_limits_the_estimate_assumes_are_the_engines():
 def test_a_pattern_that_fails_at_the_point_is_refused_before_its_whole_jacobian_is_built():
     """Normalisation with a zero row: the reference's pattern does not reproduce the differences
     there, so the engine would difference all 8,192 × 8,192 entries (about 15 GiB): refused, in words."""
-    from lib.app import views
-    from lib.app.case import Case
-    from lib.explore.perturb import Perturbation
+    from gradient_lab.app import views
+    from gradient_lab.app.case import Case
+    from gradient_lab.explore.perturb import Perturbation
 
     case = Case(family="normalize", formulas=("corrected",), shape=(64, 128), perturbation=Perturbation(near_zero_rows=2, near_zero_factor=0.0))
     with pytest.raises(LabError) as refused:
@@ -82,9 +82,9 @@ def test_a_pattern_that_fails_at_the_point_is_refused_before_its_whole_jacobian_
 
 
 def test_a_large_pattern_is_counted_once_planned_once_and_a_whole_jacobian_without_one_refused(monkeypatch):
-    from lib.app import guard, views
-    from lib.app.case import Case
-    from lib.engine import pipeline
+    from gradient_lab.app import guard, views
+    from gradient_lab.app.case import Case
+    from gradient_lab.engine import pipeline
 
     counted, planned = [], []
     real_count, real_plan = guard.pattern_entries, pipeline.plan_differences
@@ -102,8 +102,8 @@ def test_a_large_pattern_is_counted_once_planned_once_and_a_whole_jacobian_witho
 
 
 def test_pytorchs_checks_are_guarded_too(monkeypatch):
-    from lib.app import views
-    from lib.app.case import Case
+    from gradient_lab.app import views
+    from gradient_lab.app.case import Case
 
     assert budget.conformance_bytes(4096, 4096) < budget.memory_budget()  # the largest allowed shape fits the default budget
     monkeypatch.setenv("GRADIENT_LAB_MEMORY_MB", "64")

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from lib.app.case import Case
-from lib.errors import LabError
+from gradient_lab.app.case import Case
+from gradient_lab.errors import LabError
 
 
 def test_default_case_builds_float64_cpu_inputs():
@@ -41,7 +41,7 @@ def test_unavailable_device_is_a_clear_error():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_case_runs_on_cuda():
-    from lib.app.views import compare_case
+    from gradient_lab.app.views import compare_case
 
     x1, _ = Case(device="cuda").inputs()
     assert x1.is_cuda

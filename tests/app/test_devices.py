@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from lib.app.devices import available_devices, device_problem, resolve_device
-from lib.errors import LabError
+from gradient_lab.app.devices import available_devices, device_problem, resolve_device
+from gradient_lab.errors import LabError
 
 
 def test_cpu_is_always_available():

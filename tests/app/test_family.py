@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from lib.app.family import Family, Formula, families, get_family, register, unregister
+from gradient_lab.app.family import Family, Formula, families, get_family, register, unregister
 
 
 def test_cosine_is_a_builtin_family():
@@ -43,7 +43,7 @@ def test_registering_a_family_makes_it_available_and_run_merges_params():
 
 
 def test_builtin_families_come_first_in_their_modules_order():
-    import lib.app.functions.gelu  # noqa: F401 - imported before the others on purpose
+    import gradient_lab.app.functions.gelu  # noqa: F401 - imported before the others on purpose
 
     names = list(families())
     assert names[0] == "cosine"

@@ -1,4 +1,4 @@
-"""Memory that stays bounded: what a result holds (lib.sizes), the guard's estimates against real
+"""Memory that stays bounded: what a result holds (gradient_lab.sizes), the guard's estimates against real
 reports, and a whole session's resident memory against the budget."""
 
 import dataclasses
@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 import torch
 
-from lib.engine import planning as numerical
-from lib.app import guard, views
-from lib.app.case import Case
-from lib.engine.pipeline import compare_gradients
-from lib.errors import LabError
-from lib.app.family import get_family
-from lib.explore.perturb import Perturbation, apply_perturbation
-from lib.sizes import array_bytes
+from gradient_lab.engine import planning as numerical
+from gradient_lab.app import guard, views
+from gradient_lab.app.case import Case
+from gradient_lab.engine.pipeline import compare_gradients
+from gradient_lab.errors import LabError
+from gradient_lab.app.family import get_family
+from gradient_lab.explore.perturb import Perturbation, apply_perturbation
+from gradient_lab.sizes import array_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -141,11 +141,11 @@ SLACK = 64 * 2**20  # allocator fragments that cannot be handed back, torch's ke
 
 @pytest.mark.slow
 def test_a_session_at_the_largest_allowed_settings_stays_within_the_budget():
-    """Every page's views, each at the largest settings the guards allow, through ``lib.ui.compute``
+    """Every page's views, each at the largest settings the guards allow, through ``gradient_lab.ui.compute``
     as the pages call them (cached, freed memory handed back), in a fresh process. Its peak resident
     memory must stay within: what the process holds once the libraries are loaded (torch, streamlit,
     the app's lib: measured there, before any computation), the budget (the one computation running),
-    the share cached results may keep, the Jacobian patterns lib.numerical keeps for reuse (bounded
+    the share cached results may keep, the Jacobian patterns gradient_lab.numerical keeps for reuse (bounded
     by their own limit, kept_patterns_limit()) and SLACK."""
     if not Path("/proc/self/status").exists():
         pytest.skip("needs Linux's /proc to read resident memory")
@@ -172,14 +172,14 @@ from pathlib import Path
 import streamlit  # noqa: F401 - the libraries a server holds
 import torch
 
-from lib.app import budget, views
-from lib.engine import planning as numerical
-from lib.explore import sweeps
-from lib.app.case import Case
-from lib.errors import LabError
-from lib.explore.perturb import Perturbation
-from lib.explore.trajectory import MAX_STEPS
-from lib.ui.compute import cache_limit, cached_bytes, compute
+from gradient_lab.app import budget, views
+from gradient_lab.engine import planning as numerical
+from gradient_lab.explore import sweeps
+from gradient_lab.app.case import Case
+from gradient_lab.errors import LabError
+from gradient_lab.explore.perturb import Perturbation
+from gradient_lab.explore.trajectory import MAX_STEPS
+from gradient_lab.ui.compute import cache_limit, cached_bytes, compute
 
 
 def rss() -> int:

@@ -5,10 +5,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lib.app import plugins
-from lib.engine.pipeline import compare_gradients
-from lib.engine.report import Failure
-from lib.app.family import families, get_family
+from gradient_lab.app import plugins
+from gradient_lab.engine.pipeline import compare_gradients
+from gradient_lab.engine.report import Failure
+from gradient_lab.app.family import families, get_family
 from tests.registry import restore
 
 ROOT = Path(__file__).resolve().parents[2]

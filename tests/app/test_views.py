@@ -2,9 +2,9 @@
 
 import pytest
 
-from lib.app import views
-from lib.app.case import Case
-from lib.errors import LabError
+from gradient_lab.app import views
+from gradient_lab.app.case import Case
+from gradient_lab.errors import LabError
 
 
 @pytest.fixture
@@ -118,7 +118,7 @@ def test_an_unknown_upstream_is_explained():
 
 
 def test_contract_problems_name_broken_rules_not_a_formula_that_raises():
-    from lib.app.case import Case
+    from gradient_lab.app.case import Case
 
     case = Case(shape=(3, 4, 5), params=(("dim", 1),))  # the tutorial's backward raises on 3-D inputs with dim=1
     assert views.contract_problems(case) == {}

@@ -1,11 +1,11 @@
-"""lib.contract.anatomy: what a Function saved and returned, its graph, and every rule of the contract it
+"""gradient_lab.contract.anatomy: what a Function saved and returned, its graph, and every rule of the contract it
 breaks, each named with its tensor or input (tests/contract_zoo.py); nothing for a Function that
 keeps them."""
 
 import pytest
 import torch
 
-from lib.contract.anatomy import anatomy, rows_broken, rows_returned, rows_saved
+from gradient_lab.contract.anatomy import anatomy, rows_broken, rows_returned, rows_saved
 from tests.contract_zoo import BROKEN, Good, formula
 
 NAMES = ("x", "y")
@@ -58,7 +58,7 @@ def test_a_forward_that_raises_is_said_in_words_with_what_the_class_shows():
 
 
 def test_the_gallerys_correct_functions_break_no_rule():
-    from lib.app.family import families
+    from gradient_lab.app.family import families
 
     for name, family in families().items():
         xs = family.build_inputs((4, 6))

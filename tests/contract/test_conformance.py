@@ -2,8 +2,8 @@
 
 import torch
 
-from lib.contract.conformance import STATUSES, Check, conformance_report
-from lib.app.functions.cosine import FORMULAS, CosineSimilarityLossFunction
+from gradient_lab.contract.conformance import STATUSES, Check, conformance_report
+from gradient_lab.app.functions.cosine import FORMULAS, CosineSimilarityLossFunction
 
 F64 = torch.float64
 NAMES = [

@@ -1,17 +1,19 @@
 """The command line's HTML report opens in Chromium with no network and draws every figure."""
 
+from pathlib import Path
+
 import pytest
 
-from lib import check
+from gradient_lab import cli
 
 pytestmark = pytest.mark.e2e
 
-ROOT = check.__file__.rsplit("/lib/", 1)[0]
+ROOT = str(Path(__file__).resolve().parents[2])
 
 
 def test_the_report_draws_offline(tmp_path, page):
     path = tmp_path / "report.html"
-    assert check.main([f"{ROOT}/tests/fixtures/broken_correct.py", "--report", str(path)]) == 1
+    assert cli.main(["check", f"{ROOT}/tests/fixtures/broken_correct.py", "--report", str(path)]) == 1
     requested = []
 
     def offline(route):

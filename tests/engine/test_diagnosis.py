@@ -3,11 +3,11 @@ in words, and nothing at all for a correct Function."""
 
 import pytest
 
-from lib.app.case import Case
-from lib.engine.pipeline import compare_gradients
-from lib.app.family import get_family
-from lib.explore.perturb import Perturbation
-from lib.app import views
+from gradient_lab.app.case import Case
+from gradient_lab.engine.pipeline import compare_gradients
+from gradient_lab.app.family import get_family
+from gradient_lab.explore.perturb import Perturbation
+from gradient_lab.app import views
 from tests import zoo
 
 

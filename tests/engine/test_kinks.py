@@ -6,8 +6,8 @@ A backward outside that interval still fails."""
 import pytest
 import torch
 
-from lib.engine.pipeline import compare_gradients
-from lib.app.family import Family, Formula
+from gradient_lab.engine.pipeline import compare_gradients
+from gradient_lab.app.family import Family, Formula
 from tests import zoo
 
 
@@ -70,7 +70,7 @@ def test_a_wrong_backward_away_from_kinks_still_fails():
 
 @pytest.mark.parametrize("name", ["relu at 0", "clamp at its bounds"])
 def test_the_kinks_are_the_elements_placed_on_them_and_the_maps_outline_them(name):
-    from lib.present.figures.check import error_heatmap, gradient_heatmaps
+    from gradient_lab.present.figures.check import error_heatmap, gradient_heatmaps
 
     function, reference, inputs, _ = CASES[name]
     x = inputs()
@@ -86,7 +86,7 @@ def test_the_kinks_are_the_elements_placed_on_them_and_the_maps_outline_them(nam
 
 
 def test_no_kinks_are_marked_on_a_smooth_function():
-    from lib.present.figures.check import gradient_heatmaps
+    from gradient_lab.present.figures.check import gradient_heatmaps
 
     report = compare_gradients(family(zoo.Relu, torch.relu), "f", (torch.randn(4, 5, dtype=torch.float64) + 0.5,))
     assert report.inputs[0].kinks.size == 0

@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from lib.app.case import Case
-from lib.engine.report import PAIRS
-from lib.app.views import compare_case
-from lib.engine.pipeline import compare_gradients, default_tolerances
-from lib.explore.step_sweep import step_sweep
-from lib.app.family import get_family
-from lib.engine.planning import CHECK_DIRECTIONS
+from gradient_lab.app.case import Case
+from gradient_lab.engine.report import PAIRS
+from gradient_lab.app.views import compare_case
+from gradient_lab.engine.pipeline import compare_gradients, default_tolerances
+from gradient_lab.explore.step_sweep import step_sweep
+from gradient_lab.app.family import get_family
+from gradient_lab.engine.planning import CHECK_DIRECTIONS
 from tests.toys import broken_square_family, dense_family, reaching_family
 
 F64 = torch.float64
@@ -191,7 +191,7 @@ def test_one_nan_row_spoils_only_its_own_elements_and_keeps_the_pattern_sparse()
 
 
 def test_step_sweep_of_nan_inputs_has_no_best_step_and_does_not_raise():
-    from lib.present.figures.check import step_sweep_figure
+    from gradient_lab.present.figures.check import step_sweep_figure
 
     x1, x2 = COSINE.build_inputs((1, 4))
     x1[0, 0] = math.nan  # found by fuzzing: every error NaN
@@ -212,7 +212,7 @@ def test_one_nan_does_not_flip_the_verdict_with_the_shape(rows):
 
 
 def test_all_outputs_not_finite_say_no_verdict_instead_of_raising():
-    from lib.explore.perturb import Perturbation
+    from gradient_lab.explore.perturb import Perturbation
 
     for kind in ("nan", "inf"):
         report = compare_case(Case(perturbation=Perturbation(inject=kind, inject_count=1000)), "corrected")

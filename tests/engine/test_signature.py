@@ -1,4 +1,4 @@
-"""lib.engine.signature and the pipeline on Functions as people ship them: several outputs, integer
+"""gradient_lab.engine.signature and the pipeline on Functions as people ship them: several outputs, integer
 and boolean inputs, declared constants, a forward that raises with no reference to fall back on."""
 
 import sys
@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from lib.app.family import declare, get_family
-from lib.engine.pipeline import check, compare_gradients, problem
-from lib.engine.report import Failure
-from lib.engine.signature import name_element, read_signature
-from lib.testing import assert_gradients_match, check_gradients
+from gradient_lab.app.family import declare, get_family
+from gradient_lab.engine.pipeline import check, compare_gradients, problem
+from gradient_lab.engine.report import Failure
+from gradient_lab.engine.signature import name_element, read_signature
+from gradient_lab.testing import assert_gradients_match, check_gradients
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 import my_functions as shipped  # noqa: E402 - the example module, importable by its file name
@@ -131,27 +131,27 @@ def test_the_builtin_gallery_keeps_its_one_output_shape():
 
 
 def test_the_command_line_gives_a_failed_row_not_a_traceback_for_a_forward_that_raises(capsys):
-    from lib import check as cli
+    from gradient_lab import cli
 
     fixture = str(Path(__file__).resolve().parents[1] / "fixtures" / "raising_without_reference.py")
     results = cli.check_module(fixture)
     assert [(r.status, r.outcome) for r in results] == [("FAILED", "fail")]
     assert results[0].report.failure.kind == "NotImplementedError"
-    assert cli.main([fixture, "--format", "json"]) == 1
+    assert cli.main(["check", fixture, "--format", "json"]) == 1
     assert "NotImplementedError" in capsys.readouterr().out
 
 
 def test_the_command_line_checks_the_shipped_shapes():
-    from lib import check as cli
+    from gradient_lab import cli
 
     results = cli.check_module(str(Path(shipped.__file__)), family="cross entropy")
     assert {r.formula: r.status for r in results} == {"cross entropy": "ok", "forgot the target": "caught"}
 
 
 def test_the_pages_views_say_a_raising_forward_is_the_formulas_not_a_bug_in_gradient_lab():
-    from lib.app import plugins, views
-    from lib.app.case import Case
-    from lib.errors import FormulaError
+    from gradient_lab.app import plugins, views
+    from gradient_lab.app.case import Case
+    from gradient_lab.errors import FormulaError
 
     fixture = str(Path(__file__).resolve().parents[1] / "fixtures" / "raising_without_reference.py")
     assert plugins.load(fixture).error is None

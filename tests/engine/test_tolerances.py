@@ -6,11 +6,11 @@ float32 too; PyTorch's gradcheck keeps its looser float32 defaults."""
 import pytest
 import torch
 
-from lib.app import views
-from lib.app.case import Case
-from lib.app.family import families
-from lib.explore.perturb import Perturbation
-from lib.engine.tolerances import default_tolerances, gradcheck_tolerances
+from gradient_lab.app import views
+from gradient_lab.app.case import Case
+from gradient_lab.app.family import families
+from gradient_lab.explore.perturb import Perturbation
+from gradient_lab.engine.tolerances import default_tolerances, gradcheck_tolerances
 from tests.app.functions.test_gallery import GALLERY
 
 CASES = {"defaults": Perturbation(), "row norm 1e3": Perturbation(norm1=1e3, norm2=1e3)}

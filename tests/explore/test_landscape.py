@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from lib.errors import LabError
-from lib.app.family import get_family
-from lib.explore.landscape import gradient_field, gradients_at, loss_gradient, loss_surface, losses_at, make_plane
+from gradient_lab.errors import LabError
+from gradient_lab.app.family import get_family
+from gradient_lab.explore.landscape import gradient_field, gradients_at, loss_gradient, loss_surface, losses_at, make_plane
 
 COSINE = get_family("cosine")
 PARAMS = dict(COSINE.params)

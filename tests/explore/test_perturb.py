@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from lib.errors import LabError
-from lib.explore.perturb import Perturbation, apply_perturbation
+from gradient_lab.errors import LabError
+from gradient_lab.explore.perturb import Perturbation, apply_perturbation
 
 F64 = torch.float64
 

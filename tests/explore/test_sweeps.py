@@ -6,11 +6,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from lib.app import family as registry
-from lib.app.case import Case
-from lib.errors import LabError
-from lib.explore.perturb import Perturbation
-from lib.explore.sweeps import METRICS, SWEEPS, perturbation_sweep, point_case, sweep_bytes
+from gradient_lab.app import family as registry
+from gradient_lab.app.case import Case
+from gradient_lab.errors import LabError
+from gradient_lab.explore.perturb import Perturbation
+from gradient_lab.explore.sweeps import METRICS, SWEEPS, perturbation_sweep, point_case, sweep_bytes
 from tests.toys import broken_square_family
 
 COSINE = Case(formulas=("tutorial", "sign-fixed", "norm-fixed", "corrected"), shape=(6, 5))

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from lib.errors import LabError
-from lib.app.family import get_family
-from lib.explore.landscape import make_plane
-from lib.explore.trajectory import OPTIMIZERS, trajectories
+from gradient_lab.errors import LabError
+from gradient_lab.app.family import get_family
+from gradient_lab.explore.landscape import make_plane
+from gradient_lab.explore.trajectory import OPTIMIZERS, trajectories
 
 COSINE = get_family("cosine")
 PARAMS = dict(COSINE.params)
@@ -69,7 +69,7 @@ def test_principal_components_are_fitted_on_the_runs_that_did_not_diverge():
 
 @pytest.mark.parametrize("shape", [(40, 300), (300, 40)], ids=["few long paths", "many short rows"])
 def test_top_components_are_the_svds_from_the_smaller_eigenproblem(shape):
-    from lib.explore.trajectory import _top_components
+    from gradient_lab.explore.trajectory import _top_components
 
     a = np.random.default_rng(0).normal(size=shape) * np.linspace(3, 1, shape[1])
     components, shares = _top_components(a, 2)
@@ -79,7 +79,7 @@ def test_top_components_are_the_svds_from_the_smaller_eigenproblem(shape):
 
 
 def test_top_components_of_a_rank_one_cloud_leave_the_second_empty():
-    from lib.explore.trajectory import _top_components
+    from gradient_lab.explore.trajectory import _top_components
 
     a = np.outer(np.arange(5.0) - 2, np.ones(7))
     components, shares = _top_components(a, 2)

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from lib.app import plugins
-from lib.app.family import families
-from lib.ui.compute import INTERNAL_ERROR
+from gradient_lab.app import plugins
+from gradient_lab.app.family import families
+from gradient_lab.ui.compute import INTERNAL_ERROR
 from tests.contract_zoo import BROKEN
 from tests.pages.conftest import app
 from tests.registry import restore
@@ -78,7 +78,7 @@ def test_home_names_the_broken_contract_in_one_line(contract):
 
 def test_a_formula_without_a_custom_function_is_said_so(monkeypatch, tmp_path):
     module = tmp_path / "plain_ops.py"
-    module.write_text("from lib.app.family import declare\n"
+    module.write_text("from gradient_lab.app.family import declare\n"
                       "declare('plain', formulas={'square': lambda x: x * x}, correct=('square',), reference=lambda x: x * x)\n")
     before, loaded = dict(families()), dict(plugins._LOADED)
     plugins._LOADED.clear()

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from lib.app import plugins
-from lib.app.family import families
-from lib.ui.compute import INTERNAL_ERROR
+from gradient_lab.app import plugins
+from gradient_lab.app.family import families
+from gradient_lab.ui.compute import INTERNAL_ERROR
 from tests.pages.conftest import app
 from tests.registry import restore
 

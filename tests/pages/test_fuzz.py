@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lib.explore.sweeps import METRICS, SWEEPS
-from lib.explore.trajectory import OPTIMIZERS
-from lib.ui.compute import INTERNAL_ERROR
+from gradient_lab.explore.sweeps import METRICS, SWEEPS
+from gradient_lab.explore.trajectory import OPTIMIZERS
+from gradient_lab.ui.compute import INTERNAL_ERROR
 from tests.pages.conftest import app, messages
 
 LONG_RUN = int(os.environ.get("GRADIENT_LAB_FUZZ_EXAMPLES", "0"))

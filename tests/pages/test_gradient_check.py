@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from lib.app import views
-from lib.app.devices import device_problem
+from gradient_lab.app import views
+from gradient_lab.app.devices import device_problem
 from tests.pages.conftest import app
 
 PAGE = "pages/1_Gradient_check.py"

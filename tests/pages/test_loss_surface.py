@@ -3,7 +3,7 @@ heavy settings."""
 
 import pytest
 
-from lib.app import views
+from gradient_lab.app import views
 
 from tests.pages.conftest import app, messages
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from lib.app.family import get_family
-from lib.explore.sweeps import METRICS, SWEEPS, look_for, sweeps_for
+from gradient_lab.app.family import get_family
+from gradient_lab.explore.sweeps import METRICS, SWEEPS, look_for, sweeps_for
 from tests.pages.conftest import app, messages
 
 PAGE = "pages/4_Perturbation_lab.py"

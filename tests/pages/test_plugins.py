@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from lib.app import plugins
-from lib.app.family import families
+from gradient_lab.app import plugins
+from gradient_lab.app.family import families
 from tests.pages.conftest import app, messages
 from tests.registry import restore
 

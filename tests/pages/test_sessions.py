@@ -1,8 +1,8 @@
 """Sessions are isolated: what one sets, caches or mutates does not reach another."""
 
-from lib.app import views
-from lib.ui.compute import cached
-from lib.app.case import Case
+from gradient_lab.app import views
+from gradient_lab.ui.compute import cached
+from gradient_lab.app.case import Case
 from tests.pages.conftest import app
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from lib.explore.trajectory import OPTIMIZERS
+from gradient_lab.explore.trajectory import OPTIMIZERS
 from tests.pages.conftest import app, messages
 
 PAGE = "pages/5_Training.py"

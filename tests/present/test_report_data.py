@@ -7,11 +7,11 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from lib.engine.report import PAIRS, SOURCES
-from lib.engine.pipeline import compare_gradients
-from lib.app.family import get_family
-from lib.present.figures.check import error_heatmap, gradient_heatmaps
-from lib.present.report_data import drawable, element_rows, leading_block, pair_name, plan_sources, shown, summary
+from gradient_lab.engine.report import PAIRS, SOURCES
+from gradient_lab.engine.pipeline import compare_gradients
+from gradient_lab.app.family import get_family
+from gradient_lab.present.figures.check import error_heatmap, gradient_heatmaps
+from gradient_lab.present.report_data import drawable, element_rows, leading_block, pair_name, plan_sources, shown, summary
 
 COSINE = get_family("cosine")
 AR = ("analytic", "reference")

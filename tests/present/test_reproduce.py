@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 import torch
 
-from lib.app import plugins
-from lib.app.case import Case
-from lib.app.views import compare_case
-from lib.errors import LabError
-from lib.app.family import declare, families
-from lib.explore.perturb import Perturbation
-from lib.present.reproduce import REPOSITORY, case_source, file_name, python_snippet
+from gradient_lab.app import plugins
+from gradient_lab.app.case import Case
+from gradient_lab.app.views import compare_case
+from gradient_lab.errors import LabError
+from gradient_lab.app.family import declare, families
+from gradient_lab.explore.perturb import Perturbation
+from gradient_lab.present.reproduce import REPOSITORY, case_source, file_name, python_snippet
 from tests.registry import families_kept, restore
 
 EXAMPLE = REPOSITORY / "examples" / "my_functions.py"
@@ -56,7 +56,7 @@ def users(tmp_path_factory):
     assert plugins.load(str(EXAMPLE)).families == ("swish", "clamp", "row max", "cross entropy")
     copy = tmp_path_factory.mktemp("user") / "plain-functions.py"
     shutil.copy(FIXTURE, copy)
-    spec = importlib.util.spec_from_file_location("gradient_lab_user_plain_functions_test", copy)  # as lib.app.plugins names it
+    spec = importlib.util.spec_from_file_location("gradient_lab_user_plain_functions_test", copy)  # as gradient_lab.app.plugins names it
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
@@ -84,8 +84,8 @@ def test_a_builtin_familys_script_imports_only_torch_and_the_formulas_module():
     snippet = python_snippet(PERTURBED, "sign+norm-fixed")
     compile(snippet, "snippet.py", "exec")
     assert imports(snippet) == ["import base64", "import io", "import sys", "import zlib", "import torch",
-                                "from lib.app.functions.cosine import SignAndNormFixedFunction",
-                                "from lib.app.functions.cosine import cosine_reference"]
+                                "from gradient_lab.app.functions.cosine import SignAndNormFixedFunction",
+                                "from gradient_lab.app.functions.cosine import cosine_reference"]
     assert f"MODULE_DIR = {str(REPOSITORY)!r}" in snippet and "LAB_DIR" not in snippet
     assert "formula = 'sign+norm-fixed'" in snippet and "params = {'dim': 1, 'eps': 1e-08}" in snippet
     assert "torch.autograd.gradcheck(" in snippet and "fast_mode=False" in snippet and "raise_exception=False" in snippet
@@ -95,9 +95,9 @@ def test_a_builtin_familys_script_imports_only_torch_and_the_formulas_module():
 def test_a_users_script_imports_the_users_module_by_its_file_name(users):
     swish = python_snippet(SWISH, "swish")
     compile(swish, "swish.py", "exec")
-    assert "from my_functions import Swish" in imports(swish)  # not the name lib.app.plugins loaded it under
+    assert "from my_functions import Swish" in imports(swish)  # not the name gradient_lab.app.plugins loaded it under
     assert f"MODULE_DIR = {str(EXAMPLE.parent)!r}" in swish
-    assert f"LAB_DIR = {str(REPOSITORY)!r}" in swish  # my_functions imports lib.app.family.declare
+    assert f"LAB_DIR = {str(REPOSITORY)!r}" in swish  # my_functions imports gradient_lab.app.family.declare
     assert "reference_function" not in swish and "central differences" in swish  # its reference is a lambda
     cube = python_snippet(CUBE, "right")
     assert imports(cube)[-3:] == ["import importlib", "Cube = importlib.import_module('plain-functions').Cube",

@@ -2,8 +2,8 @@
 
 import torch
 
-from lib.app.family import Formula, get_family
-from lib.present.source import backward_diff, backward_source, function_class
+from gradient_lab.app.family import Formula, get_family
+from gradient_lab.present.source import backward_diff, backward_source, function_class
 from tests import zoo
 
 

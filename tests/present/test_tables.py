@@ -4,10 +4,10 @@ import math
 
 import numpy as np
 
-from lib.app.family import get_family
-from lib.explore.landscape import gradient_field, make_plane
-from lib.present.tables import field_columns, grid_rows, trajectory_rows
-from lib.explore.trajectory import trajectories
+from gradient_lab.app.family import get_family
+from gradient_lab.explore.landscape import gradient_field, make_plane
+from gradient_lab.present.tables import field_columns, grid_rows, trajectory_rows
+from gradient_lab.explore.trajectory import trajectories
 
 COSINE = get_family("cosine")
 PARAMS = dict(COSINE.params)

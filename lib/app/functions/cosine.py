@@ -24,9 +24,9 @@ import math
 import torch
 import torch.nn.functional as F
 
-from lib.app.family import Family, Formula, register
-from lib.app.functions.common import opmath
-from lib.app.functions.common import specimen
+from ..family import Family, Formula, register
+from .common import opmath
+from .common import specimen
 
 Tensor = torch.Tensor
 

@@ -17,8 +17,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from lib.app.family import Family, Formula, register
-from lib.app.functions.common import opmath, single_input, specimen, weighted_sum
+from ..family import Family, Formula, register
+from .common import opmath, single_input, specimen, weighted_sum
 
 Tensor = torch.Tensor
 SQRT_HALF = math.sqrt(0.5)

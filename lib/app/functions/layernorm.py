@@ -17,8 +17,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from lib.app.family import Family, Formula, register
-from lib.app.functions.common import single_input, specimen, weighted_sum
+from ..family import Family, Formula, register
+from .common import single_input, specimen, weighted_sum
 
 Tensor = torch.Tensor
 

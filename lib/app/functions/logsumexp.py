@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from lib.app.family import Family, Formula, register
-from lib.app.functions.common import opmath, single_input, specimen, weighted_sum
+from ..family import Family, Formula, register
+from .common import opmath, single_input, specimen, weighted_sum
 
 Tensor = torch.Tensor
 

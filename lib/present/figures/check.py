@@ -17,11 +17,11 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from lib.engine.report import SOURCES, GradientReport, InputComparison
-from lib.explore.step_sweep import StepSweep
-from lib.contract.conformance import Check
-from lib.present.figures.style import DIVERGING, KINK, SEQUENTIAL, base_layout, color_for
-from lib.engine.signature import name_element, name_index
+from ...engine.report import SOURCES, GradientReport, InputComparison
+from ...explore.step_sweep import StepSweep
+from ...contract.conformance import Check
+from .style import DIVERGING, KINK, SEQUENTIAL, base_layout, color_for
+from ...engine.signature import name_element, name_index
 
 Pair = tuple[str, str]
 DEFAULT_PAIR: Pair = ("analytic", "reference")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from lib.present.figures.landscape import error_field_figure
-from lib.explore.landscape import GradientField
+from .landscape import error_field_figure
+from ...explore.landscape import GradientField
 
 
 def shared_log_range(field: GradientField) -> tuple[float, float] | None:

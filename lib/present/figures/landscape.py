@@ -6,9 +6,9 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from lib.present.figures.style import SEQUENTIAL, base_layout, color_for
-from lib.explore.landscape import GradientField, Surface
-from lib.explore.trajectory import TrajectorySet
+from .style import SEQUENTIAL, base_layout, color_for
+from ...explore.landscape import GradientField, Surface
+from ...explore.trajectory import TrajectorySet
 
 LOSS = "loss"
 

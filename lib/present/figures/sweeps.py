@@ -7,8 +7,8 @@ import math
 import numpy as np
 import plotly.graph_objects as go
 
-from lib.present.figures.style import base_layout, color_for
-from lib.explore.sweeps import METRIC_TITLES, METRICS, SweepResult
+from .style import base_layout, color_for
+from ...explore.sweeps import METRIC_TITLES, METRICS, SweepResult
 
 ERROR_METRICS = ("max abs error", "max relative error")
 DASHES = ("solid", "dash", "dot", "dashdot", "longdash")

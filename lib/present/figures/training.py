@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from lib.explore.trajectory import Trajectory, TrajectorySet
+from ...explore.trajectory import Trajectory, TrajectorySet
 
 
 def _first_missing_step(run: Trajectory) -> int:

@@ -6,9 +6,9 @@ import numpy as np
 import torch
 from torch.autograd import gradcheck
 
-from lib.engine.pipeline import compare_gradients
-from lib.contract.conformance import conformance_report
-from lib.app.family import Family
+from gradient_lab.engine.pipeline import compare_gradients
+from gradient_lab.contract.conformance import conformance_report
+from gradient_lab.app.family import Family
 
 F64 = torch.float64
 

@@ -2,8 +2,8 @@
 
 import torch
 
-from lib.app.functions.common import loss_weights, single_input, specimen, standard_normal, weighted_sum
-from lib.app.functions.softplus import OverflowingSoftplusFunction
+from gradient_lab.app.functions.common import loss_weights, single_input, specimen, standard_normal, weighted_sum
+from gradient_lab.app.functions.softplus import OverflowingSoftplusFunction
 
 
 def test_inputs_are_drawn_in_float64_then_cast():

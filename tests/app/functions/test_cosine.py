@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from torch.autograd import gradcheck, gradgradcheck
 from torch.func import grad, hessian, jacfwd, jacrev, vmap
 
-from lib.app.functions.cosine import (
+from gradient_lab.app.functions.cosine import (
     FAMILY,
     FORMULAS,
     CosineSimilarityFormulaLoss,

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from lib.app.family import get_family
+from gradient_lab.app.family import get_family
 
 Tensor = torch.Tensor
 DTYPES = {"float64": torch.float64, "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}

@@ -6,11 +6,11 @@ from functools import partial
 import pytest
 import torch
 
-from lib.app.case import Case
-from lib.app.views import compare_case
-from lib.engine.pipeline import compare_gradients
-from lib.app.family import families
-from lib.testing import assert_gradients_match
+from gradient_lab.app.case import Case
+from gradient_lab.app.views import compare_case
+from gradient_lab.engine.pipeline import compare_gradients
+from gradient_lab.app.family import families
+from gradient_lab.testing import assert_gradients_match
 
 GALLERY = ("logsumexp", "softmax", "normalize", "softplus", "layernorm", "gelu")
 

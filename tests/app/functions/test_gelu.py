@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
-from lib.engine.pipeline import compare_gradients
+from gradient_lab.engine.pipeline import compare_gradients
 
-from lib.app.functions.gelu import FAMILY
+from gradient_lab.app.functions.gelu import FAMILY
 from tests.app.functions.checks import (
     assert_conformant,
     assert_corrected_is_reference,

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from lib.app.functions.layernorm import FAMILY
+from gradient_lab.app.functions.layernorm import FAMILY
 from tests.app.functions.checks import (
     assert_conformant,
     assert_corrected_is_reference,

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from lib.app.functions.logsumexp import FAMILY
+from gradient_lab.app.functions.logsumexp import FAMILY
 from tests.app.functions.checks import (
     assert_conformant,
     assert_corrected_is_reference,

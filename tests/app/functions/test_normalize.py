@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from lib.app.functions.normalize import FAMILY
+from gradient_lab.app.functions.normalize import FAMILY
 from tests.app.functions.checks import (
     assert_conformant,
     assert_corrected_is_reference,

@@ -4,7 +4,7 @@ whole batch, is caught where the softmax is largest."""
 import pytest
 import torch
 
-from lib.app.functions.softmax import FAMILY
+from gradient_lab.app.functions.softmax import FAMILY
 from tests.app.functions.checks import (
     assert_conformant,
     assert_corrected_is_reference,

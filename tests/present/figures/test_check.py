@@ -6,12 +6,12 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from lib.engine.report import SOURCES
-from lib.engine.pipeline import compare_gradients
-from lib.explore.step_sweep import step_sweep
-from lib.contract.conformance import Check
-from lib.app.family import get_family
-from lib.present.figures.check import (
+from gradient_lab.engine.report import SOURCES
+from gradient_lab.engine.pipeline import compare_gradients
+from gradient_lab.explore.step_sweep import step_sweep
+from gradient_lab.contract.conformance import Check
+from gradient_lab.app.family import get_family
+from gradient_lab.present.figures.check import (
     STATUS_FILL,
     conformance_table,
     error_heatmap,

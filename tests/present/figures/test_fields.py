@@ -4,9 +4,9 @@ import math
 
 import numpy as np
 
-from lib.app.family import get_family
-from lib.present.figures.fields import error_field_figures, shared_log_range
-from lib.explore.landscape import GradientField, gradient_field, make_plane
+from gradient_lab.app.family import get_family
+from gradient_lab.present.figures.fields import error_field_figures, shared_log_range
+from gradient_lab.explore.landscape import GradientField, gradient_field, make_plane
 
 COSINE = get_family("cosine")
 PARAMS = dict(COSINE.params)

@@ -3,8 +3,8 @@
 import numpy as np
 import plotly.graph_objects as go
 
-from lib.app.family import get_family
-from lib.present.figures.landscape import (
+from gradient_lab.app.family import get_family
+from gradient_lab.present.figures.landscape import (
     error_field_figure,
     gradient_field_figure,
     loss_contour_figure,
@@ -13,8 +13,8 @@ from lib.present.figures.landscape import (
     trajectory_curves_figure,
     trajectory_pca_figure,
 )
-from lib.explore.landscape import gradient_field, loss_surface, make_plane
-from lib.explore.trajectory import trajectories
+from gradient_lab.explore.landscape import gradient_field, loss_surface, make_plane
+from gradient_lab.explore.trajectory import trajectories
 
 COSINE = get_family("cosine")
 PARAMS = dict(COSINE.params)

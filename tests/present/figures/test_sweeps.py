@@ -4,10 +4,10 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from lib.app.case import Case
-from lib.present.figures.style import color_for
-from lib.present.figures.sweeps import sweep_figure
-from lib.explore.sweeps import perturbation_sweep
+from gradient_lab.app.case import Case
+from gradient_lab.present.figures.style import color_for
+from gradient_lab.present.figures.sweeps import sweep_figure
+from gradient_lab.explore.sweeps import perturbation_sweep
 
 CASE = Case(formulas=("tutorial", "sign-fixed", "corrected"), shape=(4, 5))
 NORMS = perturbation_sweep(CASE, "input norm")

@@ -4,8 +4,8 @@ import math
 
 import numpy as np
 
-from lib.present.figures.training import STATUSES, outcome, training_summary
-from lib.explore.trajectory import Trajectory, TrajectorySet
+from gradient_lab.present.figures.training import STATUSES, outcome, training_summary
+from gradient_lab.explore.trajectory import Trajectory, TrajectorySet
 
 
 def run(formula, loss, *, diverged=None, problem=None, cosine=1.0):

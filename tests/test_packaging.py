@@ -1,0 +1,128 @@
+"""Gradient Lab as a package: the wheel holds gradient_lab (lib/ under its name) and the dashboard, and
+nothing named lib; installed, it imports by its own name from any folder, beside a user's own lib/,
+and its command checks a module and starts the dashboard."""
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+import urllib.request
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def pins(file: Path) -> set[str]:
+    lines = (line.split("#")[0].strip() for line in file.read_text().splitlines())
+    return {line for line in lines if line and not line.startswith("-r")}
+
+
+def test_the_package_pins_what_the_requirements_pin():
+    project = PYPROJECT["project"]
+    assert set(project["dependencies"]) == pins(ROOT / "requirements.txt")
+    assert set(project["optional-dependencies"]["dev"]) | set(PYPROJECT["build-system"]["requires"]) == pins(ROOT / "requirements-dev.txt")
+    assert project["scripts"] == {"gradient-lab": "gradient_lab.cli:main"}
+    assert project["entry-points"]["pytest11"] == {"gradient_lab": "gradient_lab.pytest_plugin"}
+
+
+def test_the_public_api_is_three_names_with_docstrings():
+    import gradient_lab
+
+    assert sorted(gradient_lab.__all__) == ["assert_gradients_match", "check_gradients", "declare"]
+    for name in gradient_lab.__all__:
+        function = getattr(gradient_lab, name)
+        assert function.__doc__ and function.__annotations__, name
+    assert gradient_lab.__version__ == PYPROJECT["project"]["version"]
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """The wheel, built from this checkout, and installed into a folder of its own (no dependencies:
+    this environment has them)."""
+    out, source = tmp_path_factory.mktemp("wheel"), tmp_path_factory.mktemp("source") / "gradient-lab"
+    # built from a copy: setuptools writes build/ and *.egg-info beside the sources, and the checkout stays clean
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".venv", ".git", "build", "dist", "*.egg-info", "__pycache__",
+                                                                ".pytest_cache", ".hypothesis", "node_modules"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(source)],
+                   check=True, capture_output=True, timeout=300)
+    (wheel,) = out.glob("gradient_lab-*.whl")
+    target = tmp_path_factory.mktemp("site")
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
+                   check=True, capture_output=True, timeout=300)
+    return wheel, target
+
+
+def run_installed(target: Path, cwd: Path, *args, **kwargs):
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    return subprocess.run([*args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300, **kwargs)
+
+
+def test_the_wheel_holds_gradient_lab_and_the_dashboard_and_nothing_named_lib(installed):
+    wheel, _ = installed
+    names = zipfile.ZipFile(wheel).namelist()
+    assert not [n for n in names if n.startswith("lib/")]
+    for wanted in ("gradient_lab/__init__.py", "gradient_lab/engine/pipeline.py", "gradient_lab/cli.py", "gradient_lab/py.typed",
+                   "gradient_lab/dashboard/app.py", "gradient_lab/dashboard/pages/1_Gradient_check.py",
+                   "gradient_lab/dashboard/.streamlit/config.toml"):
+        assert wanted in names, wanted
+    entry_points = next(n for n in names if n.endswith("entry_points.txt"))
+    text = zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "gradient-lab = gradient_lab.cli:main" in text and "gradient_lab = gradient_lab.pytest_plugin" in text
+
+
+def test_installed_it_checks_a_users_module_beside_the_users_own_lib_package(installed, tmp_path):
+    _, target = installed
+    (tmp_path / "lib").mkdir()  # the user's project has a lib/ of its own: it must not shadow Gradient Lab
+    (tmp_path / "lib" / "__init__.py").write_text("MINE = True\n")
+    (tmp_path / "my_functions.py").write_text((ROOT / "examples" / "my_functions.py").read_text())
+    found = run_installed(target, tmp_path, sys.executable, "-c", "import gradient_lab, lib; print(gradient_lab.__file__, lib.MINE)")
+    assert found.returncode == 0 and found.stdout.startswith(str(target)) and "True" in found.stdout, found.stderr
+    done = run_installed(target, tmp_path, str(target / "bin" / "gradient-lab"), "check", "my_functions.py", "--family", "swish")
+    assert done.returncode == 0, done.stderr
+    assert "swish / forgot chain rule" in done.stdout and "caught" in done.stdout
+    broken = run_installed(target, tmp_path, sys.executable, "-m", "gradient_lab", "check", "no_such_module")
+    assert broken.returncode == 2 and "cannot check no_such_module" in broken.stderr
+
+
+@pytest.mark.slow
+def test_installed_it_starts_the_dashboard_from_any_folder(installed, tmp_path):
+    _, target = installed
+    from tests.e2e.harness import free_port, healthy
+
+    port = free_port()
+    (tmp_path / "my_functions.py").write_text((ROOT / "examples" / "my_functions.py").read_text())
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    server = subprocess.Popen([str(target / "bin" / "gradient-lab"), "app", "--functions", "my_functions.py", "--server.port", str(port),
+                               "--server.headless", "true", "--browser.gatherUsageStats", "false"],
+                              cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(240):
+            if healthy(url) or server.poll() is not None:
+                break
+            time.sleep(0.25)
+        assert healthy(url), server.stdout.read().decode() if server.poll() is not None else "the server did not answer"
+        with urllib.request.urlopen(f"{url}/Gradient_check") as page:
+            assert page.status == 200
+    finally:
+        os.killpg(server.pid, 15)
+        server.wait(timeout=20)
+    # the installed scripts run, importing the installed package: the home page and Gradient check draw without an error
+    dashboard = target / "gradient_lab" / "dashboard"
+    script = ("from streamlit.testing.v1 import AppTest\n"
+              "from gradient_lab.ui.compute import INTERNAL_ERROR\n"
+              f"at = AppTest.from_file({str(dashboard / 'app.py')!r}, default_timeout=180).run()\n"
+              "assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])\n"
+              "at.switch_page('pages/1_Gradient_check.py').run()\n"
+              "crashes = [e.value for e in at.error if e.value.startswith(INTERNAL_ERROR)]\n"
+              "assert not at.exception and not crashes and any('tutorial' in e.value for e in at.error), (at.exception, crashes)\n"
+              "import gradient_lab; print(gradient_lab.__file__)\n")
+    ran = run_installed(target, tmp_path, sys.executable, "-c", script)
+    assert ran.returncode == 0 and ran.stdout.strip().startswith(str(target)), ran.stderr[-3000:]
+
