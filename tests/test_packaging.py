@@ -43,8 +43,8 @@ def test_the_public_api_is_three_names_with_docstrings():
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
-    """The wheel, built from this checkout, and installed into a folder of its own (no dependencies:
-    this environment has them)."""
+    """The wheel, built from this checkout, installed into a fresh venv. Its dependencies are this
+    environment's, seen through a .pth file (torch is not downloaded or installed again)."""
     out, source = tmp_path_factory.mktemp("wheel"), tmp_path_factory.mktemp("source") / "gradient-lab"
     # built from a copy: setuptools writes build/ and *.egg-info beside the sources, and the checkout stays clean
     shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".venv", ".git", "build", "dist", "*.egg-info", "__pycache__",
@@ -52,15 +52,18 @@ def installed(tmp_path_factory):
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(source)],
                    check=True, capture_output=True, timeout=300)
     (wheel,) = out.glob("gradient_lab-*.whl")
-    target = tmp_path_factory.mktemp("site")
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
+    venv = tmp_path_factory.mktemp("venv") / "fresh"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True, timeout=300)
+    (site,) = (venv / "lib").glob("python3*/site-packages")
+    (site / "dependencies.pth").write_text("\n".join(p for p in sys.path if p.endswith("site-packages")) + "\n")
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)],
                    check=True, capture_output=True, timeout=300)
-    return wheel, target
+    return wheel, venv
 
 
-def run_installed(target: Path, cwd: Path, *args, **kwargs):
-    env = {**os.environ, "PYTHONPATH": str(target)}
-    return subprocess.run([*args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300, **kwargs)
+def run_installed(venv: Path, cwd: Path, *args):
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GRADIENT_LAB_FUNCTIONS")}
+    return subprocess.run([str(venv / "bin" / args[0]), *args[1:]], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
 def test_the_wheel_holds_gradient_lab_and_the_dashboard_and_nothing_named_lib(installed):
@@ -77,28 +80,46 @@ def test_the_wheel_holds_gradient_lab_and_the_dashboard_and_nothing_named_lib(in
 
 
 def test_installed_it_checks_a_users_module_beside_the_users_own_lib_package(installed, tmp_path):
-    _, target = installed
+    _, venv = installed
     (tmp_path / "lib").mkdir()  # the user's project has a lib/ of its own: it must not shadow Gradient Lab
     (tmp_path / "lib" / "__init__.py").write_text("MINE = True\n")
     (tmp_path / "my_functions.py").write_text((ROOT / "examples" / "my_functions.py").read_text())
-    found = run_installed(target, tmp_path, sys.executable, "-c", "import gradient_lab, lib; print(gradient_lab.__file__, lib.MINE)")
-    assert found.returncode == 0 and found.stdout.startswith(str(target)) and "True" in found.stdout, found.stderr
-    done = run_installed(target, tmp_path, str(target / "bin" / "gradient-lab"), "check", "my_functions.py", "--family", "swish")
+    (tmp_path / "wrong.py").write_text((ROOT / "tests" / "fixtures" / "broken_correct.py").read_text())
+    found = run_installed(venv, tmp_path, "python", "-c", "import gradient_lab, lib; from gradient_lab import assert_gradients_match, "
+                          "check_gradients, declare; print(gradient_lab.__file__, lib.MINE)")
+    assert found.returncode == 0 and found.stdout.startswith(str(venv)) and "True" in found.stdout, found.stderr
+    assert not list(venv.glob("lib/python3*/site-packages/lib")), "a top-level lib package was installed"
+    done = run_installed(venv, tmp_path, "gradient-lab", "check", "my_functions.py")
     assert done.returncode == 0, done.stderr
-    assert "swish / forgot chain rule" in done.stdout and "caught" in done.stdout
-    broken = run_installed(target, tmp_path, sys.executable, "-m", "gradient_lab", "check", "no_such_module")
+    assert "swish / forgot chain rule" in done.stdout and "cross entropy / cross entropy" in done.stdout
+    wrong = run_installed(venv, tmp_path, "gradient-lab", "check", "wrong.py", "--format", "json")
+    assert wrong.returncode == 1 and '"status": "FAILED"' in wrong.stdout
+    broken = run_installed(venv, tmp_path, "python", "-m", "gradient_lab", "check", "no_such_module")
     assert broken.returncode == 2 and "cannot check no_such_module" in broken.stderr
+
+
+def test_installed_its_pytest_plugin_registers_itself_and_writes_the_report(installed, tmp_path):
+    _, venv = installed
+    (tmp_path / "test_users.py").write_text(
+        "import torch\nfrom gradient_lab import assert_gradients_match\n\n"
+        "def test_square():\n    x = torch.randn(3, 4, dtype=torch.float64)\n"
+        "    assert_gradients_match(lambda t: t * t, (x,), reference=lambda t: t * t)\n")
+    done = run_installed(venv, tmp_path, "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "--gradient-report=r.html",
+                         "test_users.py")
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = (tmp_path / "r.html").read_text()
+    assert "test_users.py::test_square" in report and "1 checks, 0 failed" in report
 
 
 @pytest.mark.slow
 def test_installed_it_starts_the_dashboard_from_any_folder(installed, tmp_path):
-    _, target = installed
+    _, venv = installed
     from tests.e2e.harness import free_port, healthy
 
     port = free_port()
     (tmp_path / "my_functions.py").write_text((ROOT / "examples" / "my_functions.py").read_text())
-    env = {**os.environ, "PYTHONPATH": str(target)}
-    server = subprocess.Popen([str(target / "bin" / "gradient-lab"), "app", "--functions", "my_functions.py", "--server.port", str(port),
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GRADIENT_LAB_FUNCTIONS")}
+    server = subprocess.Popen([str(venv / "bin" / "gradient-lab"), "app", "--functions", "my_functions.py", "--server.port", str(port),
                                "--server.headless", "true", "--browser.gatherUsageStats", "false"],
                               cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     try:
@@ -114,7 +135,7 @@ def test_installed_it_starts_the_dashboard_from_any_folder(installed, tmp_path):
         os.killpg(server.pid, 15)
         server.wait(timeout=20)
     # the installed scripts run, importing the installed package: the home page and Gradient check draw without an error
-    dashboard = target / "gradient_lab" / "dashboard"
+    (dashboard,) = venv.glob("lib/python3*/site-packages/gradient_lab/dashboard")
     script = ("from streamlit.testing.v1 import AppTest\n"
               "from gradient_lab.ui.compute import INTERNAL_ERROR\n"
               f"at = AppTest.from_file({str(dashboard / 'app.py')!r}, default_timeout=180).run()\n"
@@ -123,6 +144,6 @@ def test_installed_it_starts_the_dashboard_from_any_folder(installed, tmp_path):
               "crashes = [e.value for e in at.error if e.value.startswith(INTERNAL_ERROR)]\n"
               "assert not at.exception and not crashes and any('tutorial' in e.value for e in at.error), (at.exception, crashes)\n"
               "import gradient_lab; print(gradient_lab.__file__)\n")
-    ran = run_installed(target, tmp_path, sys.executable, "-c", script)
-    assert ran.returncode == 0 and ran.stdout.strip().startswith(str(target)), ran.stderr[-3000:]
+    ran = run_installed(venv, tmp_path, "python", "-c", script)
+    assert ran.returncode == 0 and ran.stdout.strip().startswith(str(venv)), ran.stderr[-3000:]
 
