@@ -147,11 +147,21 @@ def compressed_entries(function, inputs, patterns, colors: np.ndarray, skip: np.
         products = vector_jacobian_products(function, inputs, basis.reshape(k, *output_shape), batched, graph)
         for (r, c), out, product in zip(patterns, values, products):
             if k == groups:  # one chunk holds every colour (the common case): no masks
-                out[:] = product.numpy()[0, c] if groups == 1 else product.numpy()[colors[r], c]
+                if groups > 1:
+                    out[:] = product.numpy()[colors[r], c]
+                else:  # one colour: the product is the entries' column by column
+                    out[:] = product.numpy()[0] if in_order(c, product.shape[1]) else product.numpy()[0, c]
                 continue
             hit = (colors[r] >= first) & (colors[r] < first + k)
             out[hit] = product.numpy()[colors[r[hit]] - first, c[hit]]
     return values
+
+
+def in_order(cols: np.ndarray, n: int) -> bool:
+    """Whether a pattern's columns are 0, 1, …, n − 1 in this order (every input element in one
+    output, read row by row: reductions along the last dim, elementwise functions), so that
+    indexing by them is the identity."""
+    return cols.size == n and (n < 2 or bool((cols[1:] > cols[:-1]).all()))
 
 
 def _row_max(rows: np.ndarray, values: np.ndarray, m: int) -> np.ndarray:
@@ -172,6 +182,8 @@ def reproduces(plan: DifferencePlan, rows: np.ndarray, cols: np.ndarray, values:
     that row): as strict as the verdict, which compares entries at atol + rtol·|truth|."""
     atol, rtol = plan.tolerance
     m = plan.n_outputs
+    rows = rows.astype(np.intp, copy=False)  # cast once, not in every count below
+    ordered = in_order(cols, plan.n_inputs)
     magnitudes = np.abs(values)
     finite = np.isfinite(magnitudes)
     if not finite.all():  # NaN and inf count as 0 here
@@ -179,7 +191,7 @@ def reproduces(plan: DifferencePlan, rows: np.ndarray, cols: np.ndarray, values:
     largest = _row_max(rows, magnitudes, m)  # |d| = 1: the largest term
     for direction, observed in zip(plan.directions, plan.along):
         with np.errstate(invalid="ignore"):
-            terms = values * direction[cols]
+            terms = values * (direction if ordered else direction[cols])
         predicted = np.bincount(rows, weights=terms, minlength=m).astype(np.float64)  # float even when empty
         finite = np.isfinite(observed) & np.isfinite(predicted)
         if np.any(finite != np.isfinite(observed)):

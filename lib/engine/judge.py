@@ -32,6 +32,7 @@ from .evaluate import (
     entry_noise,
     forward_graph,
     gradient_from_entries,
+    in_order,
     look_at_elements,
     numerical_entries,
     one_sided_gaps,
@@ -392,8 +393,9 @@ def _off_pattern(entries: Sequence[InputEntries], probes: Sequence[Probe], toler
             upstream = probe.upstream[e.rows]
             terms = upstream * e.values["analytic"]
             n = probe.products["analytic"][i].size
-            on_pattern = np.bincount(e.cols, weights=terms, minlength=n)
-            scale = np.bincount(e.cols, weights=np.abs(terms), minlength=n)
+            ordered = in_order(e.cols, n)  # one entry per element, in order: the sums per element are the terms
+            on_pattern = terms if ordered else np.bincount(e.cols, weights=terms, minlength=n)
+            scale = np.abs(terms) if ordered else np.bincount(e.cols, weights=np.abs(terms), minlength=n)
             truths = _probe_truths(probe, i)
             atol = tolerances.atol * (scales[i] if scales[i] is not None else truth_scale(truths or {"analytic": probe.products["analytic"][i]}))
             with np.errstate(invalid="ignore"):
@@ -404,7 +406,8 @@ def _off_pattern(entries: Sequence[InputEntries], probes: Sequence[Probe], toler
                     excess[~finite] = -np.inf
                 if truths:  # what the truth itself has outside the pattern (entries too small to see where it was found)
                     name = next(iter(truths))
-                    truth_outside = np.abs(truths[name] - np.bincount(e.cols, weights=upstream * e.values[name], minlength=n))
+                    truth_terms = upstream * e.values[name]
+                    truth_outside = np.abs(truths[name] - (truth_terms if ordered else np.bincount(e.cols, weights=truth_terms, minlength=n)))
                     excess -= _finite_or_zero(truth_outside)
             if excess.size and excess.max() > 0:
                 k = int(np.argmax(excess))

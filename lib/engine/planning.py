@@ -286,6 +286,13 @@ def is_valid_coloring(rows: np.ndarray, cols: np.ndarray, colors: np.ndarray) ->
     return np.unique(pairs).size == rows.size
 
 
+def _each_once(indices: np.ndarray, n: int | None = None) -> bool:
+    """Whether no index occurs twice: at a glance where they increase (patterns read row by row)."""
+    if indices.size < 2 or bool((indices[1:] > indices[:-1]).all()):
+        return True
+    return int(np.bincount(indices, minlength=n or 0).max()) <= 1
+
+
 def color_columns(rows: np.ndarray, cols: np.ndarray, n_cols: int) -> np.ndarray:
     """A colour per column such that no two columns sharing a row share a colour.
 
@@ -295,10 +302,10 @@ def color_columns(rows: np.ndarray, cols: np.ndarray, n_cols: int) -> np.ndarray
     kept whenever it is valid. Otherwise greedy first-fit over the column intersection graph,
     unless that would look at too many pairs: then one colour per column.
     """
-    if rows.size == 0 or int(np.bincount(rows).max()) <= 1:  # no two columns share a row: one colour
+    if rows.size == 0 or _each_once(rows):  # no two columns share a row: one colour
         return np.zeros(n_cols, dtype=np.int64)
     first_row = np.full(n_cols, np.iinfo(np.int64).max, dtype=np.int64)
-    once = int(np.bincount(cols, minlength=n_cols).max()) <= 1  # every column in one row (row-wise reductions, elementwise)
+    once = _each_once(cols, n_cols)  # every column in one row (row-wise reductions, elementwise)
     if once:
         first_row[cols] = rows
     else:
@@ -429,7 +436,7 @@ def _fresh_structures(reference, inputs, budget_bytes: int, key: Hashable | None
 def _one_row_each(structures) -> bool:
     """Whether every input element feeds one output at most in these patterns: the only patterns
     ``_one_row_patterns`` gives."""
-    return all(cols.size == 0 or int(np.bincount(cols).max()) <= 1 for _, cols, _ in structures)
+    return all(_each_once(cols) for _, cols, _ in structures)
 
 
 def forget_patterns() -> None:
@@ -456,7 +463,11 @@ def _directions(shape, count: int) -> list[Tensor]:
     """Seeded random ±1 directions: every element moves by a full step, so a missed coupling
     shows at its own size."""
     generator = torch.Generator().manual_seed(1)
-    return [torch.randint(0, 2, tuple(shape), generator=generator, dtype=torch.float64) * 2 - 1 for _ in range(count)]
+    n = math.prod(shape)
+    # one random byte per 8 elements, its bits the signs: 8 times fewer draws than one per element
+    drawn = torch.randint(0, 256, (count, (n + 7) // 8), generator=generator, dtype=torch.uint8).numpy()
+    signs = np.unpackbits(drawn, axis=1, count=n).astype(np.float64) * 2 - 1
+    return [torch.from_numpy(d).reshape(tuple(shape)) for d in signs]
 
 
 def _checked_plans(function, reference, inputs, base: Sequence[DifferencePlan], structures, budget_bytes: int) -> list[DifferencePlan | None]:
