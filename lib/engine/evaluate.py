@@ -291,7 +291,8 @@ def numerical_jacobian(function, inputs, plan: DifferencePlan, step: float | Non
     return jacobian
 
 
-def numerical_entries(function, inputs, plan: DifferencePlan, step: float | None = None, budget_bytes: int = DEFAULT_BUDGET_BYTES) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def numerical_entries(function, inputs, plan: DifferencePlan, step: float | None = None,
+                      budget_bytes: int = DEFAULT_BUDGET_BYTES) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The numerical Jacobian as (rows, cols, values): on the plan's pattern when it has one;
     else every entry that is not exactly 0, and every entry of an output that is not finite
     (their structure is unknown)."""

@@ -437,7 +437,7 @@ def _marked_kinks(function, inputs, entries, plans, tolerances, budget_bytes) ->
     more than the verdict's tolerance and their own rounding, confirmed element by element (the
     gap must stay as h doubles). Per input, the flat indices of the kinks."""
     found = {}
-    for i, (e, plan) in enumerate(zip(entries, plans)):
+    for i, (_entry, plan) in enumerate(zip(entries, plans)):
         if plan.values is None:
             continue
         gaps, rounding = one_sided_gaps(function, inputs, plan, budget_bytes)
