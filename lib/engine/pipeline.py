@@ -184,20 +184,11 @@ def problem(formula: str, function: Callable[..., Any], reference: Callable[...,
     declared-constant inputs held as they are, the differentiable outputs packed, ``loss`` taking
     the differentiable outputs. A forward that raises is kept as the problem's failure."""
     inputs = tuple(x.detach() if isinstance(x, Tensor) else x for x in inputs)
-    try:
+    try:  # from the formula's forward, else the reference's
         signature = read_signature((function, reference), inputs, names, outputs, constants)
-    except Exception as error:  # noqa: BLE001 - the code under test may be broken
-        failure = Failure.of("forward", error)
-        if reference is not None:
-            try:
-                signature = read_signature((reference,), inputs, names, outputs, constants)
-            except Exception as reference_error:  # noqa: BLE001
-                failure = Failure.of("reference", reference_error)
-                signature = None
-        else:
-            signature = None
-        if signature is None:
-            return Problem(formula, None, None, (), None, lambda y: y.sum(), structure_key, failure)
+    except Exception as error:  # noqa: BLE001 - the code under test may be broken; the last to raise is named
+        failure = Failure.of("reference" if reference is not None else "forward", error)
+        return Problem(formula, None, None, (), None, lambda y: y.sum(), structure_key, failure)
     canonical = lambda f: signature.canonical(f, inputs) if f is not None else None  # noqa: E731
     return Problem(formula, canonical(function), canonical(reference), signature.split(inputs), signature,
                    lambda y: loss(*signature.unpack(y)), structure_key)
