@@ -1,7 +1,9 @@
 """Custom Functions that each break one rule of the autograd.Function contract (and one that
-breaks none), for tests/test_anatomy.py and the Anatomy page's tests."""
+breaks none), for tests/test_anatomy.py and the Anatomy page's tests; and Functions written as
+people ship them, which break none (KEPT)."""
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 
 class Good(torch.autograd.Function):
@@ -105,7 +107,7 @@ class Wasteful(Good):
         return g * y, g * x
 
 
-class NotStatic(Good):
+class InstanceMethod(Good):
     def backward(ctx, g):  # noqa: N805 - the mistake under test: no @staticmethod
         x, y = ctx.saved_tensors
         return g * y, g * x
@@ -155,6 +157,68 @@ def scaled_product(x, y):
     return GradientForAScale.apply(x, y, 2.0)
 
 
+class ClassmethodScale(torch.autograd.Function):
+    """GradientForAScale in the new style, written with classmethods: its forward's names come after cls."""
+
+    @classmethod
+    def forward(cls, x, y, scale):
+        return scale * x * y
+
+    @classmethod
+    def setup_context(cls, ctx, inputs, output):
+        x, y, ctx.scale = inputs
+        ctx.save_for_backward(x, y)
+
+    @classmethod
+    def backward(cls, ctx, g):
+        x, y = ctx.saved_tensors
+        return ctx.scale * g * y, ctx.scale * g * x, (g * x * y).sum()
+
+
+def classmethod_scaled_product(x, y):
+    return ClassmethodScale.apply(x, y, 2.0)
+
+
+class InputViewOnCtx(Good):
+    @staticmethod
+    def forward(ctx, x, y):
+        ctx.save_for_backward(x)
+        ctx.yt = y.t()  # a view of an input, made inside forward: it does not require grad, its base does
+        return x * y
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * ctx.yt.t(), g * x
+
+
+class Doubled(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)  # x unchanged so far: nothing to flag for this ctx
+        return 2 * x
+
+    @staticmethod
+    def backward(ctx, g):
+        return 2 * g
+
+
+class ChangedAfterItsOwnSave(torch.autograd.Function):
+    """Applies another Function first, then changes what it saved itself after saving it."""
+
+    @staticmethod
+    def forward(ctx, x, y):
+        doubled = Doubled.apply(x)
+        ctx.save_for_backward(doubled, y)
+        doubled.mul_(0.5)  # after its own save: backward reads x, not 2x
+        return doubled * y
+
+    @staticmethod
+    def backward(ctx, g):
+        doubled, y = ctx.saved_tensors
+        return g * y, g * doubled
+
+
 def formula(entry):
     """The callable of a BROKEN entry: a Function's apply, or the function itself."""
     return entry.apply if isinstance(entry, type) else entry
@@ -172,8 +236,87 @@ BROKEN = {
     "lower precision": (LowerPrecision, "a gradient in its input's precision", "float32"),
     "not differentiable": (Detached, "a differentiable backward", "not differentiable"),
     "gradient not needed": (Wasteful, "no gradient where none is needed", "for y"),
-    "not a staticmethod": (NotStatic, "backward is a staticmethod", "NotStatic.backward"),
+    "instance method": (InstanceMethod, "backward is a staticmethod or classmethod", "InstanceMethod.backward"),
     "two styles": (MixedStyles, "one style of forward", "setup_context"),
     "tensors in a list on ctx": (TensorsInAList, "tensors are saved with save_for_backward", "ctx.kept holds 2 tensor(s) in a list"),
     "gradient for a float": (scaled_product, "one gradient per input", "for scale, which is not a tensor input"),
+    "gradient for a float (classmethods)": (classmethod_scaled_product, "one gradient per input", "for scale, which is not a tensor input"),
+    "view of an input on ctx": (InputViewOnCtx, "tensors are saved with save_for_backward", "ctx.yt"),
+    "changed after its own save": (ChangedAfterItsOwnSave, "saved tensors are not changed in place", "saved for ChangedAfterItsOwnSaveBackward"),
 }
+
+
+# ---- Functions as people ship them: each keeps the contract -------------------------------------------
+
+
+class Classmethods(torch.autograd.Function):
+    """Good, written with classmethods: apply, gradcheck and double backward accept them."""
+
+    @classmethod
+    def forward(cls, ctx, x, y):
+        ctx.save_for_backward(x, y)
+        return x * y
+
+    @classmethod
+    def backward(cls, ctx, g):
+        x, y = ctx.saved_tensors
+        return (g * y if ctx.needs_input_grad[0] else None), (g * x if ctx.needs_input_grad[1] else None)
+
+
+class EditsAfterANestedApply(torch.autograd.Function):
+    """Applies another Function (which saves its own input), then edits that input in place
+    before saving it itself: each save_for_backward is its own ctx's, and this one's comes last."""
+
+    @staticmethod
+    def forward(ctx, x, y):
+        shifted = x * 1.0
+        doubled = Doubled.apply(shifted)  # grad mode is off inside forward: this node is never kept
+        shifted.add_(1.0)
+        ctx.save_for_backward(shifted, y)
+        return doubled * y
+
+    @staticmethod
+    def backward(ctx, g):
+        shifted, y = ctx.saved_tensors
+        return (2 * g * y if ctx.needs_input_grad[0] else None), (2 * g * (shifted - 1.0) if ctx.needs_input_grad[1] else None)
+
+
+class OutParameters(Good):
+    """A backward that writes into buffers with out=, as torch's CrossMapLRN2d does: autograd calls
+    first-order backward with grad mode off, where out= is allowed."""
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        gx, gy = torch.empty_like(g), torch.empty_like(g)
+        torch.mul(g, y, out=gx)
+        torch.mul(g, x, out=gy)
+        return (gx if ctx.needs_input_grad[0] else None), (gy if ctx.needs_input_grad[1] else None)
+
+
+class KeepsStateOnCtx(torch.autograd.Function):
+    """Keeps what carries no gradient on ctx: the RNG state, as torch.utils.checkpoint's
+    CheckpointFunction keeps it (ctx.fwd_cpu_state), an index tensor and a bool mask."""
+
+    @staticmethod
+    def forward(ctx, x, y):
+        ctx.rng_state = torch.get_rng_state()
+        ctx.order = torch.argsort(x.flatten())
+        ctx.positive = x > 0
+        ctx.save_for_backward(x, y)
+        return torch.where(ctx.positive, x * y, 0.0)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        g = torch.where(ctx.positive, g, 0.0)
+        return (g * y if ctx.needs_input_grad[0] else None), (g * x if ctx.needs_input_grad[1] else None)
+
+
+def checkpointed(x, y):
+    """torch.utils.checkpoint's reentrant CheckpointFunction, on a product."""
+    return checkpoint(lambda a, b: a * b, x, y, use_reentrant=True)
+
+
+KEPT = {"classmethods": Classmethods, "edits after a nested apply": EditsAfterANestedApply, "out= in backward": OutParameters,
+        "state on ctx": KeepsStateOnCtx}

@@ -11,8 +11,8 @@ the raw return, before PyTorch checks or casts it), and ``lint`` names every bro
 
 from __future__ import annotations
 
-import contextlib
 import inspect
+import itertools
 import math
 import threading
 from dataclasses import dataclass, field
@@ -107,8 +107,12 @@ _SAVING = threading.local()  # the save_for_backward calls of this thread's reco
 def _recording_save_for_backward(original):
     def save_for_backward(ctx, *tensors):
         calls = getattr(_SAVING, "calls", None)
-        if calls is not None:  # the version each tensor had when forward saved it
-            calls.extend((t, t._version) for t in tensors if isinstance(t, Tensor))
+        # Only a node autograd will keep saves anything (it has edges): a Function applied inside
+        # another's forward, where grad mode is off, never packs what it asks to save.
+        if calls is not None and ctx.next_functions:
+            # the version each tensor has as its own ctx asks; a second call replaces the first, as in PyTorch
+            calls[:] = [c for c in calls if c[0] is not ctx]
+            calls.append((ctx, [(t, t._version) for t in tensors if isinstance(t, Tensor)]))
         return original(ctx, *tensors)
 
     return save_for_backward
@@ -122,14 +126,30 @@ if not getattr(torch.autograd.function.FunctionCtx.save_for_backward, "_gradient
     torch.autograd.function.FunctionCtx.save_for_backward = _wrapped
 
 
+def _asked(t: Tensor):
+    """The ctx whose save_for_backward asked for ``t``, and ``t``'s version then; (None, None) for a
+    tensor a built-in op saves. A node packs its tensors as its apply ends, and a Function applied
+    inside another's forward ends first: so the latest ctx still waiting on ``t`` is the one."""
+    for ctx, waiting in reversed(_SAVING.calls):
+        for i, (s, version) in enumerate(waiting):
+            if s is t:
+                del waiting[i]  # packed: a tensor saved twice is packed twice
+                return ctx, version
+    return None, None
+
+
 def _record(function: Callable, inputs: tuple[Tensor, ...], names: Sequence[str]):
-    """Run ``function`` once, recording every tensor autograd saves and the version each had
-    when forward asked to save it: (output, records, tensors)."""
+    """Run ``function`` once, recording every tensor autograd saves, the node that saved it and
+    whether it changed between its own save_for_backward and forward's end: (output, records, tensors)."""
     records, tensors = [], []
 
     def pack(t: Tensor):
-        records.append({"shape": tuple(t.shape), "dtype": str(t.dtype).replace("torch.", ""),
-                        "bytes": t.numel() * t.element_size(), "kind": _kind(t, inputs, names), "version": t._version})
+        ctx, asked = _asked(t)
+        changed = asked is not None and asked != t._version
+        records.append({"shape": tuple(t.shape), "dtype": str(t.dtype).replace("torch.", ""), "ctx": ctx,
+                        "bytes": t.numel() * t.element_size(), "kind": _kind(t, inputs, names), "version": t._version,
+                        "changed": ("inside forward, after save_for_backward: PyTorch records the version when forward returns, so "
+                                    "it does not notice, and backward silently reads the changed values") if changed else ""})
         tensors.append(t)
         return t
 
@@ -138,24 +158,25 @@ def _record(function: Callable, inputs: tuple[Tensor, ...], names: Sequence[str]
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             output = function(*inputs)
     finally:
-        asked, _SAVING.calls = _SAVING.calls, None
-    for record, t in zip(records, tensors):
-        at_call = next((v for s, v in asked if s is t), record["version"])
-        record["changed"] = ("inside forward, after save_for_backward: PyTorch records the version when forward returns, so it "
-                             "does not notice, and backward silently reads the changed values") if at_call != record["version"] else ""
+        _SAVING.calls = None
     return output, records, tensors
 
 
 def _saved(output: Tensor, records: list[dict], tensors: list[Tensor]) -> list[SavedTensor]:
     nodes = _saved_nodes(output)
+    in_graph = {id(node) for node in _walk(output)}
     found = []
     for record, t in zip(records, tensors):
+        ctx = record["ctx"]
+        if ctx is not None and id(ctx) not in in_graph:  # a Function applied inside forward, under enable_grad: its graph is dropped
+            continue
         kind = record["kind"]
         if kind == "intermediate" and isinstance(output, Tensor) and t.data_ptr() == output.data_ptr() and t.shape == output.shape:
             kind = "output"
         changed = record["changed"] or ("after forward returned: PyTorch raises at backward time (\"one of the variables needed for "
                                         "gradient computation has been modified by an inplace operation\")" if t._version != record["version"] else "")
-        found.append(SavedTensor(nodes.get(_identity(t), ""), record["shape"], record["dtype"], record["bytes"], kind, record["version"], changed))
+        found.append(SavedTensor(_node_name(ctx) if ctx is not None else nodes.get(_identity(t), ""), record["shape"], record["dtype"], record["bytes"], kind,
+                                 record["version"], changed))
     return found
 
 
@@ -256,35 +277,42 @@ def _precision(dtype: torch.dtype) -> int:
 
 
 def _forward_parameters(cls) -> list[str]:
-    """The names of forward's parameters as its signature gives them (ctx first, in the old style)."""
+    """The names of forward's parameters as autograd passes them, by position (ctx first, in the old
+    style), up to a ``*args``, which names none: read from forward as the class gives it, so a
+    classmethod's cls is already bound and left out."""
     try:
-        forward = inspect.getattr_static(cls, "forward")
-        return list(inspect.signature(forward.__func__ if isinstance(forward, staticmethod) else forward).parameters)
+        parameters = inspect.signature(cls.forward).parameters.values()
     except (AttributeError, TypeError, ValueError):
         return []
+    by_position = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return [p.name for p in itertools.takewhile(lambda p: p.kind in by_position, parameters)]
 
 
 def _forward_arguments(cls) -> list[str]:
-    """The names of forward's inputs (after ctx, in the old style), where its signature says them."""
+    """The names of forward's inputs, where its signature says them: after ctx, whatever it is called,
+    in the old style (no setup_context of its own)."""
     parameters = _forward_parameters(cls)
-    return parameters[1:] if parameters and parameters[0] == "ctx" else parameters
+    old_style = inspect.getattr_static(cls, "setup_context", None) is inspect.getattr_static(torch.autograd.Function, "setup_context")
+    return parameters[1:] if parameters and (old_style or parameters[0] == "ctx") else parameters
 
 
 def _returned(node, inputs: Sequence[Tensor], names: Sequence[str], raw: Sequence) -> list[Returned]:
-    """Per forward input of a custom node: only the inputs of the whole formula are named; others
-    by position."""
-    by_edge = {}
-    for position, (edge, _) in enumerate(node.next_functions):
-        if edge is not None and type(edge).__name__ == "AccumulateGrad":
-            by_edge[position] = next((n for x, n in zip(inputs, names) if x is edge.variable), f"input {position + 1}")
+    """Per forward input of a custom node: the formula's inputs by their names, others by forward's
+    parameters' names, or by position."""
+    # next_functions holds edges for tensor inputs only, None for one that needs no gradient: so the
+    # k-th input that needs a gradient is the k-th live edge (a non-tensor argument before it shifts nothing)
+    needing = [position for position, needs in enumerate(node.needs_input_grad) if needs]
+    edges = [edge for edge, _ in node.next_functions if edge is not None]
+    leaves = {position: edge.variable for position, edge in zip(needing, edges) if hasattr(edge, "variable")}
     arguments = dict(enumerate(_forward_arguments(node._forward_cls)))
     found = []
     for position, needs in enumerate(node.needs_input_grad):
-        # forward's arguments are the formula's inputs in order when there are as many of them
-        name = names[position] if len(node.needs_input_grad) == len(names) else by_edge.get(position, arguments.get(position, f"input {position + 1}"))
-        x = next((x for x, n in zip(inputs, names) if n == name), None)
-        edge = node.next_functions[position][0] if position < len(node.next_functions) else None
-        shape = tuple(x.shape) if x is not None else (tuple(edge.variable.shape) if edge is not None and hasattr(edge, "variable") else None)
+        if len(node.needs_input_grad) == len(names):  # forward's arguments are the formula's inputs, in order
+            x, name = inputs[position], names[position]
+        else:
+            x = leaves.get(position)
+            name = next((n for i, n in zip(inputs, names) if i is x), arguments.get(position, f"input {position + 1}"))
+        shape = tuple(x.shape) if x is not None else None
         dtype = str(x.dtype).replace("torch.", "") if x is not None else ""
         g = raw[position] if position < len(raw) else None
         found.append(Returned(name, bool(needs), shape, dtype, None if g is None else tuple(g.shape) if isinstance(g, Tensor) else (),
@@ -296,10 +324,11 @@ def lint_class(cls) -> list[Broken]:
     """The rules a Function breaks in its very definition."""
     function, broken = cls.__name__, []
     for method in ("forward", "backward"):
-        if method in vars(cls) and not isinstance(inspect.getattr_static(cls, method), staticmethod):
-            broken.append(Broken(f"{method} is a staticmethod", "error",
-                                 f"{function}.{method} is not a @staticmethod: autograd calls it on the class, so self is not the instance "
-                                 "you expect (PyTorch deprecates non-static forward and backward)"))
+        # apply, gradcheck and double backward call either decorator's method on the class; only a plain one is wrong
+        if method in vars(cls) and not isinstance(vars(cls)[method], (staticmethod, classmethod)):
+            broken.append(Broken(f"{method} is a staticmethod or classmethod", "error",
+                                 f"{function}.{method} is neither a @staticmethod nor a @classmethod: autograd calls it on the class, so "
+                                 "its first parameter gets ctx, not an instance (PyTorch deprecates instance-method Functions)"))
     if "setup_context" in vars(cls) and "forward" in vars(cls):
         parameters = _forward_parameters(cls)
         if parameters and parameters[0] == "ctx":
@@ -309,22 +338,54 @@ def lint_class(cls) -> list[Broken]:
     return broken
 
 
-def _lint_node(node, inputs, names, saved: Sequence[SavedTensor], raw: Sequence, double_ok: bool | None) -> list[Broken]:
-    cls = node._forward_cls
-    function = cls.__name__
-    broken = lint_class(cls)
-    # ctx attributes
+_RNG_STATE_SHAPE = torch.get_rng_state().shape  # what the CPU generator's state is (a uint8 tensor)
+
+
+def _is_rng_state(t: Tensor) -> bool:
+    return t.dtype == torch.uint8 and t.device.type == "cpu" and t.shape == _RNG_STATE_SHAPE
+
+
+def _in_graph(t: Tensor) -> bool:
+    """An input or output of forward, or a view of one: what a gradient flows through (inside forward,
+    only those require grad, and a view made there keeps its base)."""
+    return t.requires_grad or (t._base is not None and t._base.requires_grad)
+
+
+def _held(value) -> str:
+    """What a ctx attribute holds, in a few words."""
+    if not isinstance(value, Tensor):
+        return f"{type(value).__name__} {value!r}"[:80]
+    what = f"tensor {tuple(value.shape)} {str(value.dtype).replace('torch.', '')}"
+    return what + (": the CPU random generator's state (torch.get_rng_state()), fine to keep on ctx" if _is_rng_state(value) else "")
+
+
+def _lint_ctx(node) -> list[Broken]:
+    """The tensors a node keeps on ctx. Kept there rather than saved, an input or output (or a view
+    of one) is what save_for_backward exists for: double backward loses its graph, in-place changes
+    to it go unseen, and an output on its own ctx makes a cycle that leaks. Any other floating tensor
+    (an activation made inside forward) no gradient flows through: only saved-tensor hooks miss it,
+    a note. An integer or bool one carries no gradient at all (a generator's state, as
+    torch.utils.checkpoint keeps it, shapes, indices, masks): nothing to say."""
+    broken = []
     for attribute, value in vars(node).items():
-        if attribute in _CTX_INTERNALS or attribute.startswith("_"):
+        held = [] if attribute in _CTX_INTERNALS or attribute.startswith("_") else _tensors_in(value)
+        if not held:
             continue
-        held = _tensors_in(value)
-        if held:
-            what = f"a tensor {tuple(held[0].shape)}" if isinstance(value, Tensor) else f"{len(held)} tensor(s) in a {type(value).__name__}"
+        what = f"a tensor {tuple(held[0].shape)}" if isinstance(value, Tensor) else f"{len(held)} tensor(s) in a {type(value).__name__}"
+        if any(_in_graph(t) for t in held):
             broken.append(Broken("tensors are saved with save_for_backward", "error",
-                                 f"ctx.{attribute} holds {what} as an attribute instead of saving it with "
-                                 "ctx.save_for_backward: first order works, but double backward can lose it (a tensor made inside forward "
-                                 "carries no graph: \"element 0 of tensors does not require grad\"), in-place changes to it go unseen, "
-                                 "and it can leak with the graph"))
+                                 f"ctx.{attribute} holds {what}, an input or output of forward (or a view of one), as an attribute "
+                                 "instead of saving it with ctx.save_for_backward: first order works, but double backward can lose its "
+                                 "graph, in-place changes to it go unseen, and it can leak with the graph"))
+        elif any(t.is_floating_point() or t.is_complex() for t in held):
+            broken.append(Broken("tensors are saved with save_for_backward", "note",
+                                 f"ctx.{attribute} holds {what} that no gradient flows through, as an attribute: fine for backward, but "
+                                 "saved-tensor hooks (torch.autograd.graph.saved_tensors_hooks: offloading, packing) never see it"))
+    return broken
+
+
+def _lint_node(node, inputs, names, raw: Sequence) -> list[Broken]:
+    broken = lint_class(node._forward_cls) + _lint_ctx(node)
     # what backward returned
     n_inputs = len(node.needs_input_grad)
     if len(raw) != n_inputs:
@@ -373,19 +434,16 @@ def _lint_node(node, inputs, names, saved: Sequence[SavedTensor], raw: Sequence,
             broken.append(Broken("a gradient in its input's precision", "warning",
                                  f"the gradient for {r.input} is {r.dtype}, its input {r.input_dtype}: PyTorch silently casts it, so it "
                                  f"carries only {r.dtype}'s precision (about {torch.finfo(g.dtype).eps:.0e})"))
-    if double_ok is False:
-        broken.append(Broken("a differentiable backward", "error",
-                             f"{function}'s backward is not differentiable: its gradient carries no graph when double backward is asked "
-                             "for (it detaches, or goes through .numpy() or .item()), so second derivatives are silently wrong or missing"))
     return broken
 
 
 def _raw_backward(node, output: Tensor, create_graph: bool = False) -> tuple:
     """What a custom node's own backward returns, called directly (before PyTorch checks, sums
-    or casts it), for a grad_output of ones shaped like the node's output; with ``create_graph``
-    that grad_output requires grad, as double backward asks."""
+    or casts it), for a grad_output of ones shaped like the node's output, in the grad mode
+    autograd calls it in: off for first order (so out= ops work), on with ``create_graph``, where
+    the grad_output requires grad, as double backward asks."""
     upstreams = (torch.ones_like(output),) if node is output.grad_fn and _outputs_of(node) == 1 else _upstreams_for(node, output)
-    with torch.enable_grad() if create_graph else contextlib.nullcontext():
+    with torch.enable_grad() if create_graph else torch.no_grad():
         raw = node.apply(*(u.requires_grad_() if create_graph and u.is_floating_point() else u for u in upstreams))
     return raw if isinstance(raw, tuple) else (raw,)
 
@@ -409,17 +467,23 @@ def _upstreams_for(node, output: Tensor) -> tuple[Tensor, ...]:
         return (torch.ones_like(output),)
 
 
-def _double_backward_ok(node, output: Tensor) -> bool | None:
-    """Whether the raw backward, called with a grad_output that requires grad, returns gradients
-    that carry a graph; None when there is nothing to ask (no floating gradient)."""
+def _lint_double_backward(node, output: Tensor) -> list[Broken]:
+    """The raw backward called as double backward calls it (create_graph): whether its gradients
+    carry a graph. Apart from first order: what fails here says nothing about first order."""
+    function = node._forward_cls.__name__
     try:
         raw = _raw_backward(node, output, create_graph=True)
-    except Exception:  # noqa: BLE001 - the first-order call names its own failure
-        return None
+    except Exception as error:  # noqa: BLE001 - PyTorch raises too: loud, not silently wrong
+        return [Broken("a differentiable backward", "note",
+                       f"{function}'s backward raises when double backward is asked for (create_graph=True), as PyTorch would: "
+                       f"{type(error).__name__}: {error}; first order is unaffected")]
     tensors = [g for g, needs in zip(raw, node.needs_input_grad) if needs and isinstance(g, Tensor) and g.is_floating_point()]
-    if not tensors:
-        return None
-    return all(g.requires_grad for g in tensors)
+    if all(g.requires_grad for g in tensors):
+        return []
+    return [Broken("a differentiable backward", "error",
+                   f"{function}'s backward is not differentiable: its gradient carries no graph when double backward is asked "
+                   "for (it detaches, computes it without a graph, or goes through .numpy() or .item()), so second derivatives "
+                   "are silently wrong or missing")]
 
 
 # ---- cost ------------------------------------------------------------------------------------------------
@@ -434,7 +498,9 @@ def _cost(function: Callable, inputs: Sequence[Tensor]) -> Cost:
 
     def both():
         out = function(*fresh)
-        torch.autograd.grad(out, [x for x in fresh if x.requires_grad], torch.ones_like(out), allow_unused=True)
+        for x in fresh:
+            x.grad = None
+        out.backward(torch.ones_like(out))  # not autograd.grad, which reentrant checkpointing refuses
 
     f = benchmark.Timer(stmt="forward()", globals={"forward": forward}).blocked_autorange(min_run_time=COST_RUN_TIME).median
     fb = benchmark.Timer(stmt="both()", globals={"both": both}).blocked_autorange(min_run_time=COST_RUN_TIME).median
@@ -471,15 +537,14 @@ def anatomy(function: Callable, inputs: Sequence[Tensor], names: Sequence[str], 
     for node in customs:
         for attribute, value in vars(node).items():
             if attribute not in _CTX_INTERNALS and not attribute.startswith("_"):
-                attributes[attribute] = (f"tensor {tuple(value.shape)} {str(value.dtype).replace('torch.', '')}" if isinstance(value, Tensor)
-                                         else f"{type(value).__name__} {value!r}"[:80])
+                attributes[attribute] = _held(value)
         try:
             raw = _raw_backward(node, output)
         except Exception as error:  # noqa: BLE001 - the user's backward may raise anything: said in words
             broken.append(Broken("backward runs", "error", f"{node._forward_cls.__name__}.backward raised {type(error).__name__}: {error}"))
             continue
         returned += _returned(node, xs, names, raw)
-        broken += _lint_node(node, xs, names, saved, raw, _double_backward_ok(node, output) if node is output.grad_fn else None)
+        broken += _lint_node(node, xs, names, raw) + (_lint_double_backward(node, output) if node is output.grad_fn else [])
     broken += [Broken("saved tensors are not changed in place", "error", f"saved tensor #{number} ({s.kind}, {s.shape}, saved for "
                       f"{s.node or 'backward'}) was changed in place {s.changed}") for number, s in enumerate(saved, 1) if s.changed]
     if len(xs) > 1 and customs:  # ask again with the last input not needing a gradient: is one computed anyway?
@@ -510,7 +575,7 @@ def _wasted(function: Callable, inputs: Sequence[Tensor], names: Sequence[str]) 
             raw = _raw_backward(node, output)
         except Exception:  # noqa: BLE001 - named by the first run already
             continue
-        found += [b for b in _lint_node(node, xs, names, [], raw, None) if b.rule == "no gradient where none is needed"]
+        found += [b for b in _lint_node(node, xs, names, raw) if b.rule == "no gradient where none is needed"]
     return found
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from gradient_lab.contract.anatomy import anatomy, rows_broken, rows_returned, rows_saved
-from tests.contract_zoo import BROKEN, Good, formula
+from tests.contract_zoo import BROKEN, KEPT, Doubled, Good, checkpointed, formula
 
 NAMES = ("x", "y")
 
@@ -48,6 +48,97 @@ def test_a_saved_tensor_changed_after_forward_is_named_and_pytorch_would_raise()
     found = anatomy(formula, inputs(), NAMES, timed=False)
     changed = [b for b in found.broken if b.rule == "saved tensors are not changed in place"]
     assert changed and "after forward returned: PyTorch raises" in changed[0].message and "saved tensor #1" in changed[0].message
+
+
+@pytest.mark.parametrize("name", list(KEPT))
+def test_functions_as_people_ship_them_break_no_rule(name):
+    found = anatomy(KEPT[name].apply, inputs(), NAMES, timed=False)
+    assert found.errors() == [], [(b.rule, b.message) for b in found.broken]
+    assert [(r.input, r.needs_grad, r.shape) for r in found.returned] == [("x", True, (3, 4)), ("y", True, (3, 4))]
+    assert all(not s.changed for s in found.saved)
+
+
+def test_classmethods_get_nothing_at_all():
+    found = anatomy(KEPT["classmethods"].apply, inputs(), NAMES, timed=False)
+    assert found.broken == [] and found.function == "Classmethods"
+    assert [(s.kind, s.node) for s in found.saved] == [("input x", "ClassmethodsBackward"), ("input y", "ClassmethodsBackward")]
+
+
+def test_each_save_is_its_own_ctxs():
+    # the nested Function's save is never kept (grad mode is off inside forward); the outer one's
+    # is what it saved, at the version it had when it asked, and PyTorch saw nothing change
+    found = anatomy(KEPT["edits after a nested apply"].apply, inputs(), NAMES, timed=False)
+    node = "EditsAfterANestedApplyBackward"
+    assert [(s.kind, s.version, s.node, s.changed) for s in found.saved] == [("intermediate", 1, node, ""), ("input y", 0, node, "")]
+
+
+def test_a_function_applied_under_enable_grad_inside_forward_is_not_part_of_the_graph():
+    class Recomputes(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, y):
+            a = x.detach().requires_grad_()
+            with torch.enable_grad():
+                doubled = Doubled.apply(a)  # a graph of its own, dropped when forward returns
+            with torch.no_grad():
+                a.add_(1.0)
+            ctx.save_for_backward(x, y)
+            return doubled.detach() * y
+
+        @staticmethod
+        def backward(ctx, g):
+            x, y = ctx.saved_tensors
+            return 2 * g * y, 2 * g * x
+
+    found = anatomy(Recomputes.apply, inputs(), NAMES, timed=False)
+    assert found.errors() == [] and [s.node for s in found.saved] == ["RecomputesBackward"] * 2
+
+
+def test_out_parameters_in_backward_run_first_order_and_double_backward_is_said_apart():
+    found = anatomy(KEPT["out= in backward"].apply, inputs(), NAMES, timed=False)
+    assert [(b.severity, b.rule) for b in found.broken] == [("note", "a differentiable backward")]
+    assert "create_graph=True" in found.broken[0].message and "out=" in found.broken[0].message
+
+
+def test_state_indices_and_masks_on_ctx_are_named_and_not_flagged():
+    found = anatomy(KEPT["state on ctx"].apply, inputs(), NAMES, timed=False)
+    assert found.broken == []
+    assert "random generator's state" in found.attributes["rng_state"]
+    assert found.attributes["order"] == "tensor (12,) int64" and found.attributes["positive"] == "tensor (3, 4) bool"
+
+
+def test_an_activation_made_inside_forward_and_kept_on_ctx_is_a_note():
+    class KeepsItsActivation(Good):
+        @staticmethod
+        def forward(ctx, x, y):
+            ctx.save_for_backward(x, y)
+            ctx.product = x * y  # made under no_grad: no gradient flows through it
+            return ctx.product.clone()
+
+    found = anatomy(KeepsItsActivation.apply, inputs(), NAMES, timed=False)
+    assert [(b.severity, b.rule) for b in found.broken if "ctx." in b.message] == [("note", "tensors are saved with save_for_backward")]
+    assert found.errors() == []
+
+
+def test_reentrant_checkpoint_as_torch_ships_it():
+    found = anatomy(checkpointed, inputs(), NAMES)
+    # its RNG state is named for what it is; reentrant checkpointing computes its gradient without a
+    # graph, so it has no double backward, and that is the one thing said
+    assert [(b.severity, b.rule) for b in found.errors()] == [("error", "a differentiable backward")]
+    assert "random generator's state" in found.attributes["fwd_cpu_state"]
+    assert [(r.input, r.needs_grad, r.shape) for r in found.returned] == [("run_function", False, None), ("preserve_rng_state", False, None),
+                                                                         ("x", True, (3, 4)), ("y", True, (3, 4))]
+    assert "formula" in found.cost  # timed with backward(), which reentrant checkpointing accepts
+
+
+def test_torchs_own_cross_map_lrn_breaks_no_rule():
+    from torch.nn.modules._functions import CrossMapLRN2d
+
+    x = torch.randn(2, 4, 3, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    found = anatomy(lambda x: CrossMapLRN2d.apply(x, 3), (x,), ("x",), timed=False)
+    # it keeps its scale (made in forward) on ctx, returns Nones for its defaults, writes with out=: notes only
+    assert found.errors() == [], [(b.rule, b.message) for b in found.errors()]
+    assert {b.rule for b in found.broken} == {"tensors are saved with save_for_backward", "one gradient per input", "a differentiable backward"}
+    assert [(r.input, r.needs_grad) for r in found.returned] == [("x", True), ("size", False)]
 
 
 def test_a_forward_that_raises_is_said_in_words_with_what_the_class_shows():

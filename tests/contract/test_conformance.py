@@ -130,6 +130,36 @@ def test_non_differentiable_backward_has_no_double_backward():
     assert "backward is not differentiable" in checks["gradgradcheck"].message
 
 
+class ClassmethodProduct(torch.autograd.Function):
+    """x * y in the new style, every method a classmethod: PyTorch and torch.func accept them."""
+
+    generate_vmap_rule = True
+
+    @classmethod
+    def forward(cls, x, y):
+        return x * y
+
+    @classmethod
+    def setup_context(cls, ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+        ctx.save_for_forward(*inputs)
+
+    @classmethod
+    def backward(cls, ctx, grad_output):
+        x, y = ctx.saved_tensors
+        return grad_output * y, grad_output * x
+
+    @classmethod
+    def jvp(cls, ctx, x_tangent, y_tangent):
+        x, y = ctx.saved_tensors
+        return x_tangent * y + x * y_tangent
+
+
+def test_classmethods_pass_every_check():
+    report = conformance_report(ClassmethodProduct.apply, pair())
+    assert statuses(report) == dict.fromkeys(NAMES, "pass"), [(c.name, c.message) for c in report]
+
+
 def test_callers_inputs_are_untouched():
     x1, x2 = pair()
     x2.requires_grad_()
