@@ -52,7 +52,7 @@ class _Session:
 
     def observe(self, report: GradientReport, order: int, name: str) -> None:
         second = report.second_order
-        wrong = not report.verdict.passed or (order == 2 and (second is None or second.outcome != "pass"))
+        wrong = not report.passed(order)
         self.records.append(Record(
             test=self.test, function=name, passed=not wrong, verdict=report.verdict.summary,
             diagnosis=report.diagnosis.words if report.diagnosis and report.diagnosis.findings else "",

@@ -21,8 +21,8 @@ import torch
 from .engine.report import GradientReport
 from .engine.pipeline import compare_gradients
 from .app.family import Family, Formula, sum_of_outputs
-from .engine.signature import differentiable, name_index
-from .engine.judge import compare_entries, truth_scale
+from .engine.signature import differentiable, function_class, name_index
+from .engine.judge import compare_entries, truth_label, truth_scale
 
 Tensor = torch.Tensor
 WIDTH = 100  # a CI log's line
@@ -40,48 +40,50 @@ def _callable(function) -> Callable[..., Tensor]:
 
 
 def _name(function) -> str:
-    owner = getattr(function, "__self__", None)  # MyFunction.apply: the Function's own name
-    if isinstance(owner, type):
+    owner = function_class(function)  # MyFunction.apply: the Function's own name
+    if owner is not None:
         return owner.__name__
     return getattr(function, "__qualname__", None) or getattr(function, "__name__", None) or type(function).__name__
 
 
-def as_family(function, inputs: Sequence[Tensor], reference=None, name: str | None = None) -> Family:
+def as_family(function, inputs: Sequence[Tensor], reference=None, name: str | None = None, surrogate=None, order: int = 2) -> Family:
     """A family of one formula, ``function``, on ``inputs`` as given: what the engine needs, and no
     more (nothing registered, no input builder)."""
     names = ("x",) if len(inputs) == 1 else tuple(f"x{i + 1}" for i in range(len(inputs)))
     title = name or _name(function)
     return Family(name=title, title=title, description="", input_names=names, reference=reference,
                   formulas={title: Formula(title, _callable(function), "under test", "", False)},
-                  build_inputs=lambda *_args, **_kwargs: tuple(inputs), loss=sum_of_outputs)
+                  build_inputs=lambda *_args, **_kwargs: tuple(inputs), loss=sum_of_outputs, surrogate=surrogate, order=order)
 
 
-def check_gradients(function, inputs: Tensor | Sequence[Tensor], *, reference=None, seed: int = 0, step: float | None = None,
-                    atol: float | None = None, rtol: float | None = None, second_order: bool = True) -> GradientReport:
-    """The app's gradient report for ``function`` on ``inputs`` (copies; the inputs are not changed)."""
+def check_gradients(function, inputs: Tensor | Sequence[Tensor], *, reference=None, surrogate=None, order: int = 2, seed: int = 0,
+                    step: float | None = None, atol: float | None = None, rtol: float | None = None) -> GradientReport:
+    """The app's gradient report for ``function`` on ``inputs`` (copies; the inputs are not changed).
+    ``surrogate``: plain torch ops whose autograd gradient is the intended one (see ``declare``);
+    ``order=1``: the second order is not checked."""
     inputs = (inputs,) if isinstance(inputs, Tensor) else tuple(inputs)
     if not all(isinstance(x, Tensor) for x in inputs) or not any(differentiable(x) for x in inputs):
         raise TypeError("inputs must be one floating-point tensor or a sequence of tensors with at least one floating-point "
                         "tensor among them (integer and boolean ones are passed through, never differentiated)")
     copies = tuple(x.detach().clone() for x in inputs)
-    family = as_family(function, copies, reference)
-    return compare_gradients(family, family.name, copies, seed=seed, step=step, atol=atol, rtol=rtol, second_order=second_order)
+    if order not in (1, 2):
+        raise ValueError(f"order must be 1 or 2, not {order!r}")
+    family = as_family(function, copies, reference, surrogate=surrogate, order=order)
+    return compare_gradients(family, family.name, copies, seed=seed, step=step, atol=atol, rtol=rtol, order=order)
 
 
 def assert_gradients_match(function, inputs: Tensor | Sequence[Tensor], reference: Callable[..., Tensor] | None = None, *,
-                           order: int = 1, seed: int = 0, step: float | None = None, atol: float | None = None,
-                           rtol: float | None = None) -> GradientReport:
+                           surrogate: Callable[..., Tensor] | None = None, order: int = 1, seed: int = 0, step: float | None = None,
+                           atol: float | None = None, rtol: float | None = None) -> GradientReport:
     """Raise AssertionError unless ``function``'s backward matches the truth on every Jacobian
-    entry at ``inputs`` (and, with ``order=2``, its double backward does too); return the report."""
-    if order not in (1, 2):
-        raise ValueError(f"order must be 1 or 2, not {order!r}")
-    report = check_gradients(function, inputs, reference=reference, seed=seed, step=step, atol=atol, rtol=rtol,
-                             second_order=order == 2)
+    entry at ``inputs`` (and, with ``order=2``, its double backward does too, or is not
+    differentiable by design, ``@once_differentiable``); return the report. ``surrogate``: the
+    intended gradient, where it is not the derivative of forward (see ``declare``)."""
+    report = check_gradients(function, inputs, reference=reference, surrogate=surrogate, order=order, seed=seed, step=step,
+                             atol=atol, rtol=rtol)
     for observe in _OBSERVERS:
         observe(report, order, _name(function))
-    second = report.second_order
-    second_wrong = order == 2 and (second is None or second.outcome != "pass")
-    if report.verdict.passed and not second_wrong:
+    if report.passed(order):
         return report
     raise AssertionError(failure_message(report, order))
 
@@ -107,17 +109,24 @@ def failure_message(report: GradientReport, order: int = 1) -> str:
 
 def _worst_drawn(report: GradientReport) -> str:
     """The drawn gradient's worst element with its three values, where it is wrong at all (an
-    upstream of ones can hide a bug that only random upstreams show: then the verdict says where)."""
+    upstream of ones can hide a bug that only random upstreams show: then the verdict says where).
+    Judged against the truth the verdict used for that input: the reference (or surrogate) where
+    it was one, else finite differences."""
     worst, text = 0.0, ""
+    coverage = report.jacobian.coverage if report.jacobian is not None else None
     for comparison in report.inputs:
-        index, values = comparison.worst()
+        trusted = coverage is not None and "reference" in coverage.truths and comparison.name not in coverage.unreproduced
+        source = "reference" if trusted else "numerical"
+        index, values = comparison.worst(("analytic", source))
         if index is None or not values:
             continue
-        scale = truth_scale({"reference": comparison.gradients["reference"]})
-        excess = float(compare_entries(np.array([values["analytic"]]), {"reference": np.array([values["reference"]])},
+        scale = truth_scale({"reference": comparison.gradients[source]})
+        excess = float(compare_entries(np.array([values["analytic"]]), {"reference": np.array([values[source]])},
                                        report.tolerances, scale=scale).excess[0])
         if excess > worst:
             where = name_index(comparison.name, index)
-            worst, text = excess, (f"worst element of the gradient of sum(output): {where}: analytic {values['analytic']:.6g}, "
-                                   f"reference {values['reference']:.6g}, numerical {values['numerical']:.6g}")
+            shown = [f"analytic {values['analytic']:.6g}", f"numerical {values['numerical']:.6g}"]
+            if trusted:
+                shown.insert(1, f"{truth_label('reference', coverage.role)} {values['reference']:.6g}")
+            worst, text = excess, f"worst element of the gradient of sum(output): {where}: {', '.join(shown)}"
     return text

@@ -127,3 +127,27 @@ def test_a_broken_function_contract_is_named_and_fails_a_correct_formula(capsys)
     assert any("save_for_backward" in c and "ctx.y" in c for c in by_name["tensor on ctx"]["contract"])
     kept_on_ctx = cli.FormulaResult("f", "g", True, "pass", "passes", second_order="pass", contract=["tensors are saved …: ctx.y"])
     assert kept_on_ctx.status == "FAILED" and "contract: tensors are saved" in cli.text_table([kept_on_ctx])
+
+
+AS_SHIPPED = str(ROOT / "tests" / "fixtures" / "as_shipped.py")
+
+
+def test_functions_as_shipped_pass_as_declared_and_the_json_says_which_truth_and_why(capsys):
+    """A classmethod Function given dim by position, a straight-through estimator judged against
+    its declared surrogate, and a once-differentiable softplus: no false alarm, the bugs caught."""
+    assert cli.main(["check", AS_SHIPPED, "--shape", "4,8", "--format", "json"]) == 0, capsys.readouterr().err
+    formulas = {(f["family"], f["formula"]): f for f in json.loads(capsys.readouterr().out)["formulas"]}
+    assert {name: f["status"] for name, f in formulas.items()} == {
+        ("as shipped", "classmethod"): "ok", ("as shipped", "lambda"): "ok", ("as shipped", "lambda, no projection"): "caught",
+        ("straight through", "ste"): "ok", ("straight through", "ste doubled"): "caught", ("softplus once", "once"): "ok"}
+    ste = formulas[("straight through", "ste")]["report"]
+    assert ste["coverage"]["reference role"] == "surrogate" and ste["coverage"]["truths"] == ["reference"]
+    assert formulas[("softplus once", "once")]["report"]["second order"] == {
+        "outcome": "by design", "failed": False, "verdict": formulas[("softplus once", "once")]["report"]["second order"]["verdict"]}
+    assert formulas[("as shipped", "classmethod")]["contract"] == []  # a classmethod is no contract error
+
+
+def test_order_1_leaves_the_second_order_unchecked(capsys):
+    assert cli.main(["check", BROKEN, "--order", "1", "--format", "json"]) == 1  # its first order is wrong too
+    (formula,) = json.loads(capsys.readouterr().out)["formulas"]
+    assert formula["report"]["second order"]["outcome"] == "not checked" and "order=1" in formula["report"]["second order"]["verdict"]

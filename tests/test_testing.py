@@ -35,16 +35,40 @@ def test_a_first_order_check_ignores_a_wrong_double_backward_and_order_2_catches
         assert_gradients_match(specimen.function, specimen.inputs(), reference=specimen.reference, order=2)
 
 
-def test_any_callable_works_and_the_worst_element_is_named_with_its_three_values():
-    def half_square(x):  # a plain function: autograd's own backward of x·x/2 is x, against the reference's 2x
+def test_any_callable_works_and_a_forward_that_is_not_the_references_is_the_finding():
+    def half_square(x):  # a plain function: autograd's own backward of x·x/2 is right for it, but it is not the reference x·x
         return x * x / 2
 
     x = torch.linspace(-2, 2, 12, dtype=torch.float64).reshape(3, 4)
     with pytest.raises(AssertionError) as raised:
         assert_gradients_match(half_square, x, reference=lambda x: x * x)
     message = " ".join(str(raised.value).split())
+    assert "forward differs from the reference's: out[0, 0] is 2 by the formula, 4 by the reference" in message
+    assert "its backward passes" in message  # right for its own forward
+
+
+def test_the_worst_element_is_named_with_its_three_values():
+    class HalfGradient(torch.autograd.Function):  # x·x with half its gradient
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return g * x
+
+    x = torch.linspace(-2, 2, 12, dtype=torch.float64).reshape(3, 4)
+    with pytest.raises(AssertionError) as raised:
+        assert_gradients_match(lambda x: HalfGradient.apply(x), x, reference=lambda x: x * x)
+    message = " ".join(str(raised.value).split())
     assert "off by a constant factor 0.5" in message
-    assert "worst element of the gradient of sum(output): x[0, 0]: analytic -2, reference -4, numerical" in message
+    assert "worst element of the gradient of sum(output): x[0, 0]: analytic -2, reference -4, numerical -4" in message
+    with pytest.raises(AssertionError) as raised:  # without a reference, finite differences are the truth, and called so
+        assert_gradients_match(HalfGradient, x)
+    message = " ".join(str(raised.value).split())
+    assert "x[0, 0]: analytic -2, numerical -4" in message and "reference" not in message
 
 
 def test_tolerances_can_be_loosened_and_the_inputs_are_left_alone():
@@ -64,3 +88,13 @@ def test_bad_arguments_are_refused_in_words():
         assert_gradients_match(torch.sin, torch.ones(2, dtype=torch.int64))
     with pytest.raises(ValueError, match="order"):
         assert_gradients_match(torch.sin, torch.ones(2, dtype=torch.float64), order=3)
+
+
+def test_a_straight_through_estimator_passes_against_its_declared_surrogate_and_fails_without_it():
+    from tests import shipped
+
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    report = assert_gradients_match(shipped.StraightThroughRound, x, surrogate=shipped.straight_through_surrogate)
+    assert report.jacobian.coverage.role == "surrogate"
+    with pytest.raises(AssertionError, match="surrogate="):  # the message says how to declare the intention
+        assert_gradients_match(shipped.StraightThroughRound, x)

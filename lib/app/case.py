@@ -34,6 +34,7 @@ class Case:
     rtol: float | None = None
     perturbation: Perturbation = Perturbation()
     upstream: str = "loss"  # the upstream gradient the maps draw: the loss's, "ones" or "random" (seeded)
+    order: int | None = None  # how many times the formulas are checked differentiable; None: as the family declares
 
     def get_family(self) -> Family:
         try:
@@ -43,6 +44,9 @@ class Case:
 
     def param_values(self) -> dict[str, float | int]:
         return {**self.get_family().params, **dict(self.params)}
+
+    def declared_order(self) -> int:
+        return self.order if self.order is not None else self.get_family().order
 
     def torch_dtype(self) -> torch.dtype:
         try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -18,7 +19,7 @@ import torch
 
 from ..engine.pipeline import Problem, problem
 from ..errors import FormulaError
-from ..engine.signature import as_tuple, differentiable, differentiable_outputs
+from ..engine.signature import as_tuple, differentiable, differentiable_outputs, positional_apply
 
 Tensor = torch.Tensor
 
@@ -58,6 +59,11 @@ class Family:
     notes: Mapping[str, str] = field(default_factory=dict)
     output_names: tuple[str, ...] = ()  # the outputs' names, where the Function returns several (default out0, out1, …)
     constants: tuple[str, ...] = ()  # floating-point inputs that are not differentiated (integer and bool ones never are)
+    # plain torch ops whose autograd gradient is the *intended* one (a straight-through estimator, a
+    # gradient reversal): then it, not the derivative of forward, is the truth; None: the reference is
+    surrogate: Callable[..., Any] | None = None
+    order: int = 2  # how many times the formulas are meant to be differentiable: 1 leaves the second order unchecked
+    module: str = ""  # the module whose import declares the family ("" where it is declared otherwise, inside a function)
 
     def note(self, place: str, default: str = "") -> str:
         return self.notes.get(place, default)
@@ -71,11 +77,13 @@ class Family:
 
     def bind(self, formula: str | None, params: Mapping | None = None) -> Callable[..., Any]:
         """One formula (``None``: the reference) as a function of the inputs alone, its params bound."""
+        return self._bound(self.reference if formula is None else self.formula(formula).function,
+                           f"{self.title}'s reference" if formula is None else f"The formula {formula!r}", params)
+
+    def _bound(self, function: Callable[..., Any] | None, whose: str, params: Mapping | None) -> Callable[..., Any]:
         merged = {**self.params, **(params or {})}
-        function = self.reference if formula is None else self.formula(formula).function
         if function is None:
             raise KeyError(f"family {self.name!r} has no reference")
-        whose = f"{self.title}'s reference" if formula is None else f"The formula {formula!r}"
 
         @functools.wraps(function)
         def bound(*inputs):
@@ -100,9 +108,10 @@ class Family:
 
     def problem(self, formula: str, inputs: Sequence[Tensor], params: Mapping | None = None) -> Problem:
         """``formula`` on ``inputs`` in the engine's canonical form (``lib.engine.pipeline.problem``)."""
+        surrogate = self._bound(self.surrogate, f"{self.title}'s surrogate", params) if self.surrogate is not None else None
         return problem(formula, self.bind(formula, params), self.bind(None, params) if self.reference is not None else None, inputs,
                        self.input_names, self.loss, outputs=self.output_names, constants=self.constants,
-                       structure_key=self.structure_key(params))
+                       structure_key=self.structure_key(params), surrogate=surrogate)
 
     def differentiates(self, index: int, value: Any) -> bool:
         """Whether input ``index`` (holding ``value``) is one the verdict differentiates."""
@@ -170,6 +179,8 @@ def declare(
     params: Mapping[str, float | int] | None = None,
     outputs: tuple[str, ...] = (),
     constants: tuple[str, ...] = (),
+    surrogate: Callable[..., Tensor] | None = None,
+    order: int = 2,
     title: str | None = None,
     description: str = "",
     latex: Mapping[str, str] | None = None,
@@ -184,11 +195,21 @@ def declare(
     outputs (``outputs`` names them) and take integer or boolean inputs (passed through, never
     differentiated), as may floating-point inputs named in ``constants``. ``notes``: what to look for on a page, in
     your words ("training", "field", "sweep:input norm", ...); pages have neutral defaults.
+
+    ``surrogate``: where a backward is right by design yet not the derivative of forward (a
+    straight-through round, a gradient reversal), plain torch ops with the same forward whose
+    autograd gradient is the intended one, e.g. ``lambda x: x + (torch.round(x) - x).detach()``;
+    it is then the truth. ``order=1``: the formulas are meant to be differentiated once (as with
+    ``@once_differentiable``); the second order is not checked.
     """
+    if order not in (1, 2):
+        raise ValueError(f"order must be 1 or 2, not {order!r}")
     def as_callable(f):
-        return f.apply if isinstance(f, type) and issubclass(f, torch.autograd.Function) else f
+        return positional_apply(f) if isinstance(f, type) and issubclass(f, torch.autograd.Function) else f
 
     latex = dict(latex or {})
+    caller = sys._getframe(1)  # a module's top level declares its families on import: a script can import it again
+    module = caller.f_globals.get("__name__", "") if caller.f_code.co_name == "<module>" else ""
     return register(
         Family(
             name=name,
@@ -203,6 +224,9 @@ def declare(
             params=dict(params or {}),
             output_names=tuple(outputs),
             constants=tuple(constants),
+            surrogate=surrogate,
+            order=order,
+            module=module,
             forward_latex=latex.get("forward", ""),
             gradient_latex=latex.get("gradient", ""),
             notes=dict(notes or {}),

@@ -22,7 +22,7 @@ from ..contract.conformance import Check, conformance_report
 from .devices import available_devices
 from ..errors import LabError
 from ..explore.landscape import GradientField, Plane, Surface, chunk_points, gradient_field, loss_surface, make_plane
-from ..engine.signature import differentiable
+from ..engine.signature import differentiable, function_class
 from ..sizes import array_bytes
 from ..engine.tolerances import Tolerances, default_tolerances
 from ..explore.trajectory import TrajectorySet, trajectories
@@ -97,7 +97,7 @@ def _report(case: Case, formula: str, held: float = 0) -> GradientReport:
 
 def _check(case: Case, problem, **options) -> GradientReport:
     return check(problem, family=case.family, upstream=case.upstream, seed=case.seed, step=case.step, atol=case.atol, rtol=case.rtol,
-                 **options)
+                 order=case.declared_order(), **options)
 
 
 def compare_case(case: Case, formula: str, inputs=None, **options) -> GradientReport:
@@ -279,10 +279,10 @@ def anatomy(case: Case, formula: str, timed: bool = True):
     family = case.get_family()
     budget.require(8 * case.input_bytes(), f"The anatomy of inputs of shape {case.shape}", "Choose a smaller shape.")
     problem = _problem(case, formula)
-    owner = getattr(family.formula(formula).function, "__self__", None)  # MyFunction.apply: the class, linted even if forward raises
+    owner = function_class(family.formula(formula).function)  # MyFunction.apply: the class, linted even if forward raises
     if problem.signature is None:  # its forward raised: the anatomy says where, on the inputs as given
         return anatomy_of(family.bind(formula, case.param_values()), _checked_inputs(case), family.input_names, None, timed=timed,
-                          owner=owner if isinstance(owner, type) else None)
+                          owner=owner)
     return anatomy_of(problem.function, problem.inputs, problem.names, problem.reference, timed=timed,
                       owner=owner if isinstance(owner, type) else None)
 

@@ -21,6 +21,8 @@ from typing import Callable, Sequence
 import torch
 import torch.utils.benchmark as benchmark
 
+from ..engine.signature import function_class
+
 Tensor = torch.Tensor
 SEVERITIES = ("error", "warning", "note")  # error: wrong or rejected; warning: silently lossy; note: worth knowing
 COST_RUN_TIME = 0.02  # seconds each timing takes (torch.utils.benchmark's blocked_autorange): the page stays quick
@@ -521,7 +523,7 @@ def anatomy(function: Callable, inputs: Sequence[Tensor], names: Sequence[str], 
         if not isinstance(output, Tensor):
             raise TypeError(f"the formula returned {type(output).__name__}, not a tensor")
     except Exception as error:  # noqa: BLE001 - the user's forward may raise anything: said in words, beside what its class shows
-        owner = owner or getattr(function, "__self__", None)
+        owner = owner or function_class(function)
         static = lint_class(owner) if isinstance(owner, type) and issubclass(owner, torch.autograd.Function) else []
         name = owner.__name__ if static or isinstance(owner, type) else getattr(function, "__name__", "formula")
         raised = Broken("forward runs", "error", f"the formula raised {type(error).__name__}: {error}")

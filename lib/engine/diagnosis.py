@@ -12,12 +12,13 @@ Plain numpy data in, plain data out; nothing here names a family.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Callable, Sequence
 
 import numpy as np
 
 from .judge import JacobianVerdict, compare_entries
+from .signature import name_element
 from .tolerances import Tolerances
 
 
@@ -26,6 +27,9 @@ class Finding:
     kind: str  # "sign", "factor", "row factor", "grad_output ignored", ...
     words: str  # the diagnosis, in plain words
     evidence: str  # the numbers behind it
+    # where a story is about some elements of one input: (its index, which of its elements it
+    # predicts wrong from the input's flat values), for ``confirm`` to test at a second point
+    predicts: tuple[int, Callable[[np.ndarray], np.ndarray]] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -59,17 +63,25 @@ def _stack(verdict: JacobianVerdict) -> tuple[np.ndarray, np.ndarray]:
 
 
 def diagnose(verdict: JacobianVerdict, inputs: Sequence[np.ndarray], tolerances: Tolerances,
-             second_order_wrong: bool = False) -> Diagnosis:
-    """Every hypothesis that explains the verdict's failure (none when it passed)."""
+             second_order_wrong: bool = False, summed: Sequence[tuple[int, tuple[int, ...]]] = ()) -> Diagnosis:
+    """Every hypothesis that explains the verdict's failure (none when it passed). ``summed``:
+    (input, shape) where the backward returned a gradient of another shape than its input's,
+    which PyTorch summed to fit (``evaluate.summed_gradients``): the cause, told first."""
     findings: list[Finding] = []
     if verdict.passed:
         if second_order_wrong:
             findings.append(Finding("double backward", "right to first order, wrong in double backward",
                                     "every Jacobian entry agrees; the Hessian-vector products do not"))
         return Diagnosis(tuple(findings))
+    for index, shape in summed:
+        e = verdict.entries[index] if index < len(verdict.entries) else None
+        name, own = (e.name, tuple(e.shape)) if e is not None else (f"input {index + 1}", tuple(np.shape(inputs[index])))
+        findings.append(Finding("summed shape", f"the backward returns a gradient of shape {shape} for {name}, whose shape is {own}: "
+                                "PyTorch sums it to fit without a word",
+                                f"the Function's backward, called as autograd calls it, returns {shape} for {name} {own}"))
     a, t = _stack(verdict)
     finite = np.isfinite(a) & np.isfinite(t)
-    tests = (_not_finite, _sign_or_factor, _row_factor, _row_factor_and_own_term, _transposed, _swapped, _reduction_dim, _region)
+    tests = (_follows_foreign, _not_finite, _sign_or_factor, _row_factor, _row_factor_and_own_term, _transposed, _swapped, _reduction_dim, _region)
     for test in tests:
         found = test(verdict, a, t, finite, inputs, tolerances)
         if found:
@@ -93,6 +105,16 @@ def diagnose_failure(failure, inputs: Sequence) -> Diagnosis | None:
 
 
 # ---- the hypotheses ---------------------------------------------------------------------------------
+
+
+def _follows_foreign(verdict, a, t, finite, inputs, tolerances) -> Finding | None:
+    """Right by the reference where the reference is no truth: most likely the user's intended gradient."""
+    if not verdict.follows_foreign:
+        return None
+    return Finding("surrogate", "the backward is the reference's gradient, which is not the derivative of forward: if it is the "
+                   "intended gradient (a straight-through estimator, a gradient reversal), declare the reference as surrogate=",
+                   f"for {' and '.join(verdict.follows_foreign)} the formula's Jacobian entries equal autograd through the "
+                   "reference, whose Jacobian does not reproduce finite differences of the forward along random directions")
 
 
 def _not_finite(verdict, a, t, finite, inputs, tolerances) -> Finding | None:
@@ -314,8 +336,11 @@ def _splits(values: np.ndarray, p: int, q: int) -> bool:
 
 
 def _region(verdict, a, t, finite, inputs, tolerances) -> Finding | None:
-    """Wrong only where a simple condition on the inputs holds (|x| > k, x < 0, …): the
-    elements that are wrong in an entry or in a probe's product, against the rest."""
+    """Wrong only at some elements of an input, told by where they are (whole slices along a dim:
+    its boundary, a given index; one element) or, failing that, by a simple condition on their
+    values (|x| > k, x < 0, …): the elements wrong in an entry or in a probe's product, against the
+    rest. Position is tried first: on a small input a band of values can fit a few boundary
+    elements by chance. ``confirm`` holds either to a second point before it is named."""
     for i, (e, x) in enumerate(zip(verdict.entries, inputs)):
         size = int(np.prod(e.shape)) if e.shape else 1
         bad_cols = np.zeros(size, dtype=bool)
@@ -328,29 +353,91 @@ def _region(verdict, a, t, finite, inputs, tolerances) -> Finding | None:
                 bad_cols |= excess > 0
         if not bad_cols.any() or bad_cols.all():
             continue
+        evidence = f"{int(bad_cols.sum()):,} of {bad_cols.size:,} elements of {e.name} are wrong, exactly those"
+        shape = tuple(e.shape) if e.shape else (1,)
+        placed = _position(bad_cols.reshape(shape), e.name)
+        if placed:
+            words, where = placed
+            return Finding("position", f"wrong only at {words}", evidence, (i, lambda _values, where=where: where))
         flat = np.asarray(x, dtype=np.float64).reshape(-1)
         found = _condition(flat, bad_cols, e.name)
         if found:
-            return Finding("region", f"wrong only where {found}",
-                           f"{int(bad_cols.sum()):,} of {bad_cols.size:,} elements of {e.name} are wrong, exactly those")
+            words, holds = found
+            return Finding("region", f"wrong only where {words}", evidence, (i, holds))
     return None
 
 
-def _condition(x: np.ndarray, bad: np.ndarray, name: str) -> str:
-    for label, values in ((f"|{name}|", np.abs(x)), (name, x)):
+def _position(bad: np.ndarray, name: str) -> tuple[str, np.ndarray] | None:
+    """The wrong elements as whole slices along one dim (its first or last positions, or given
+    ones), or as one element: (words, the mask, flat)."""
+    if bad.sum() == 1:
+        index = tuple(int(i) for i in np.argwhere(bad)[0])
+        return f"{name}[{', '.join(map(str, index))}]", bad.reshape(-1).copy()
+    for d, n in enumerate(bad.shape):
+        positions = np.flatnonzero(bad.any(axis=tuple(k for k in range(bad.ndim) if k != d)))
+        if positions.size == n or positions.size > max(n // 2, 1):
+            continue
+        slices = np.zeros(n, dtype=bool)
+        slices[positions] = True
+        whole = np.broadcast_to(slices.reshape([-1 if k == d else 1 for k in range(bad.ndim)]), bad.shape)
+        if not np.array_equal(whole, bad):
+            continue
+        index = lambda p, d=d: ", ".join(str(p) if k == d else ":" for k in range(bad.ndim))  # noqa: E731
+        shown = " and ".join(f"{name}[{index(int(p))}]" for p in positions[:4]) + ("…" if positions.size > 4 else "")
+        edge = np.all((positions < positions.size) | (positions >= n - positions.size))  # packed against the ends
+        return shown + (f", the boundary along dim {d}" if edge else f", along dim {d}"), whole.reshape(-1).copy()
+    return None
+
+
+def _condition(x: np.ndarray, bad: np.ndarray, name: str) -> tuple[str, Callable[[np.ndarray], np.ndarray]] | None:
+    """A threshold or band on x or |x| that holds exactly at the wrong elements: its words, and
+    the condition as a function of (flat) values."""
+    for label, magnitude in ((f"|{name}|", True), (name, False)):
+        values = np.abs(x) if magnitude else x
+        at = (lambda v: np.abs(v)) if magnitude else (lambda v: v)  # noqa: E731
         good = values[~bad & np.isfinite(values)]
         wrong = values[bad & np.isfinite(values)]
         if good.size and wrong.size:
             if wrong.min() > good.max():
-                return f"{label} > {_between(good.max(), wrong.min())}"
+                k = _between(good.max(), wrong.min())
+                return f"{label} > {k}", lambda v, k=float(k), at=at: at(v) > k
             if wrong.max() < good.min():
-                return f"{label} < {_between(wrong.max(), good.min())}"
+                k = _between(wrong.max(), good.min())
+                return f"{label} < {k}", lambda v, k=float(k), at=at: at(v) < k
             inside = (good >= wrong.min()) & (good <= wrong.max())
             if not inside.any() and (good < wrong.min()).any() and (good > wrong.max()).any():  # a band: 1 < |x| ≤ 2, say
                 low, high = good[good < wrong.min()].max(), good[good > wrong.max()].min()
                 below, above = _between(low, wrong.min()), _between(wrong.max(), high)
-                return f"{below} {'≤' if float(below) == wrong.min() else '<'} {label} {'≤' if float(above) == wrong.max() else '<'} {above}"
-    return ""
+                lo, hi = float(below), float(above)
+                lo_in, hi_in = lo == wrong.min(), hi == wrong.max()
+                words = f"{below} {'≤' if lo_in else '<'} {label} {'≤' if hi_in else '<'} {above}"
+                return words, lambda v, lo=lo, hi=hi, lo_in=lo_in, hi_in=hi_in, at=at: (
+                    ((at(v) >= lo) if lo_in else (at(v) > lo)) & ((at(v) <= hi) if hi_in else (at(v) < hi)))
+    return None
+
+
+def confirm(diagnosis: Diagnosis, wrong_at: Callable[[int], tuple[np.ndarray, np.ndarray] | None]) -> Diagnosis:
+    """The diagnosis with each story about some elements held to a second point: ``wrong_at(i)``
+    gives input i's flat values there and which of its elements are wrong there (None: it cannot
+    tell). A story is kept where the elements it predicts and those wrong there mostly coincide
+    (their overlap at least half their union: a threshold read from one point is approximate);
+    else it is dropped, having fit this point by chance."""
+    kept = []
+    for finding in diagnosis.findings:
+        if finding.predicts is not None:
+            index, predicts = finding.predicts
+            there = wrong_at(index)
+            if there is not None:
+                values, wrong = there
+                predicted = np.asarray(predicts(values), dtype=bool)
+                union = int((predicted | wrong).sum())
+                overlap = int((predicted & wrong).sum()) / union if union else 1.0
+                if overlap < 0.5:
+                    continue
+                finding = replace(finding, evidence=finding.evidence + f"; at a second point, the elements it predicts and those wrong "
+                                  f"there overlap by {overlap:.0%} of their union")
+        kept.append(replace(finding, predicts=None))  # held to its second point: a report keeps data, not functions (it is pickled)
+    return Diagnosis(tuple(kept))
 
 
 def _between(low: float, high: float) -> str:
@@ -385,12 +472,26 @@ def _upstream(verdict, tolerances, others: Sequence[Finding] = ()) -> list[Findi
     if zero.size and np.any(np.isfinite(zero) & (zero != 0)):
         found.append(Finding("added term", "a term that does not depend on grad_output is added",
                              f"for a zero upstream gradient the backward returns up to {np.nanmax(np.abs(zero)):.3g}, not 0"))
+    if found or others:
+        return found
+    if not verdict.linear:
+        return [Finding("not linear", "the backward is not linear in grad_output",
+                        "for random upstream gradients u₁ and u₂, b(u₁ + u₂) ≠ b(u₁) + b(u₂) or b(2u₁) ≠ 2·b(u₁)")]
+    off = verdict.off_pattern
+    if off is not None and verdict.coverage.structural == 0:  # the truth is zero everywhere, yet a gradient flows
+        return [Finding("surrogate", "the true Jacobian is zero at every entry here (a locally constant forward, such as round or sign), "
+                        "yet the backward passes a gradient: if it is an intended surrogate (straight-through), declare it with surrogate=",
+                        f"the formula's backward has ∂out / ∂{off.input} entries of up to {abs(off.value):.3g} where finite differences "
+                        "of its forward are 0")]
+    entries = [e for e in verdict.entries if e.rows.size]
     entries_right = all(not (compare_entries(e.values["analytic"], {"truth": _truth(e.values)}, tolerances).excess > 0).any()
-                        for e in verdict.entries)
-    if entries_right and verdict.entries and not found and not others:
+                        for e in entries)
+    if off is not None and entries and entries_right:
         rolled = _rolled(verdict, tolerances)
-        found.append(rolled or Finding("grad_output mixed", "grad_output mixed across outputs, or used in a way that is not linear",
-                                       "every Jacobian entry is right for 0/1 upstreams, yet random upstreams give other gradients"))
+        found.append(rolled or Finding("grad_output mixed", "grad_output mixed across outputs",
+                                       f"every one of the truth's {verdict.coverage.compared:,} nonzero Jacobian entries is right, yet the "
+                                       f"backward has an entry where the true Jacobian is zero (∂out[{off.row}] / "
+                                       f"∂{name_element(off.input, off.shape, off.col)} is {off.value:.6g})"))
     return found
 
 

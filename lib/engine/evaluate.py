@@ -201,6 +201,22 @@ def reproduces(plan: DifferencePlan, rows: np.ndarray, cols: np.ndarray, values:
     return True
 
 
+def directional_gap(plan: DifferencePlan, rows: np.ndarray, cols: np.ndarray, values: np.ndarray) -> float:
+    """How far the Jacobian entries' J·d is from the plan's plain differences along its directions
+    d, relative to the larger of the two in norm (the largest over the directions): about 0 for a
+    Jacobian of the same function, 1 or more for the gradient of another one (a straight-through
+    identity against a step function's 0, a reversed sign)."""
+    gaps = [0.0]
+    for direction, observed in zip(plan.directions, plan.along):
+        with np.errstate(invalid="ignore"):
+            predicted = np.bincount(rows.astype(np.intp, copy=False), weights=values * direction[cols], minlength=plan.n_outputs)
+        finite = np.isfinite(observed) & np.isfinite(predicted)
+        size = max(float(np.linalg.norm(observed[finite])), float(np.linalg.norm(predicted[finite])))
+        if size > 0:
+            gaps.append(float(np.linalg.norm((observed - predicted)[finite])) / size)
+    return max(gaps)
+
+
 # ---- what the plan gives ---------------------------------------------------------------------------
 
 
@@ -424,3 +440,39 @@ def one_sided_gaps(function, inputs, plan: DifferencePlan, budget_bytes: int = D
     eps·|f(x)|/h: at a smooth point the gap is h·f'', at a kink the jump of the slope."""
     plan = with_values(function, inputs, plan, budget_bytes)
     return plan.gaps, plan.gap_rounding
+
+
+def summed_gradients(function, inputs: Sequence[Tensor]) -> list[tuple[int, tuple[int, ...]]]:
+    """Where a custom Function's backward returns, for one of the inputs, a gradient of another
+    shape than the input's that PyTorch then sums (or expands) to the input's shape without a word:
+    (input index, the shape it returned), from the custom nodes fed by the inputs directly, their
+    backward called as autograd calls it (grad off, a grad_output of ones per output)."""
+    xs = [x.detach().requires_grad_() for x in inputs]
+    with torch.enable_grad():
+        y = function(*xs)
+    found, seen, stack = [], set(), [y.grad_fn] if y.grad_fn is not None else []
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        stack.extend(edge for edge, _ in node.next_functions)
+        if not isinstance(node, torch.autograd.function.BackwardCFunction):
+            continue
+        try:
+            metadata = node._input_metadata  # one per output of the Function's forward
+            upstreams = [torch.ones(m.shape, dtype=m.dtype) if m.dtype.is_floating_point else torch.zeros(m.shape) for m in metadata]
+            with torch.no_grad():
+                raw = node.apply(*upstreams)
+        except Exception:  # noqa: BLE001 - a backward that raises here is the verdict's to report, not this clue's
+            continue
+        raw = raw if isinstance(raw, tuple) else (raw,)
+        live = [position for position, needs in enumerate(node.needs_input_grad) if needs]
+        edges = [edge for edge, _ in node.next_functions if edge is not None]
+        for position, edge in zip(live, edges):
+            leaf = getattr(edge, "variable", None)
+            g = raw[position] if position < len(raw) else None
+            index = next((i for i, x in enumerate(xs) if x is leaf), None)
+            if index is not None and isinstance(g, Tensor) and tuple(g.shape) != tuple(leaf.shape):
+                found.append((index, tuple(g.shape)))
+    return found

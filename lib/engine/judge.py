@@ -13,7 +13,11 @@ mixes ``grad_output``. So the check compares the Jacobian itself:
   catch entries outside the pattern and bugs that only mix outputs.
 
 The truth is finite differences of the formula's forward and, where the family has one, autograd
-through the reference. Entries where no truth is finite are left out, counted and named.
+through the reference, for each input whose reference Jacobian reproduces those differences along
+random directions (one that does not is not a truth there, and the coverage names it). A declared
+surrogate (the *intended* gradient: a straight-through estimator, a gradient reversal) is the only
+truth: finite differences of forward are not held against it. Entries where no truth is finite are
+left out, counted and named.
 """
 
 from __future__ import annotations
@@ -37,18 +41,28 @@ from .evaluate import (
     numerical_entries,
     one_sided_gaps,
     product_noise,
+    directional_gap,
+    reproduces,
     vector_jacobian_products,
     with_values,
 )
 from .planning import DifferencePlan, row_colors
 from .signature import name_element
 from .tolerances import Tolerances
+from ..errors import FormulaError
 
 Tensor = torch.Tensor
 PROBES = 2
 TRUTHS = ("reference", "numerical")
+ROLES = ("reference", "surrogate")  # what the reference is to the verdict: a truth beside finite differences, or the only one
+TRUTH_WORDS = {"reference": "autograd through the reference", "surrogate": "autograd through the declared surrogate",
+               "numerical": "finite differences"}
 NONE = np.zeros(0, dtype=np.int64)  # no elements
 NOISE_FACTOR = 4  # an entry fails against finite differences only beyond this many times their own error estimate
+# a reference whose J·d misses the differences along random directions d by more than this part of
+# their size is the gradient of another function, not a truth; closer, it is one (the differences
+# carry rounding in float32, and miss at a kink)
+FOREIGN_GAP = 0.1
 
 
 # ---- results -----------------------------------------------------------------------------------
@@ -95,6 +109,8 @@ class Coverage:
     truths: tuple[str, ...] = ("numerical",)  # what the formula was compared with
     partial: str = ""  # why the pattern's entries were not compared one by one, if not
     kinks: tuple[str, ...] = ()  # elements where the function has a kink: judged against their one-sided slopes
+    role: str = "reference"  # what the reference is: "reference", or "surrogate" (the declared intended gradient)
+    unreproduced: tuple[str, ...] = ()  # inputs whose reference Jacobian did not reproduce finite differences: not a truth there
 
     @property
     def empty(self) -> bool:
@@ -106,17 +122,25 @@ class Coverage:
         how = f"by {self.backward_calls:,} backward call{'s' * (self.backward_calls != 1)} and {self.forward_evaluations:,} forward evaluations"
         ones = (f"the {self.structural:,} structurally nonzero ones" if not self.excluded else
                 f"{self.compared:,} of the {self.structural:,} structurally nonzero ones")
-        if self.partial:
+        if self.structural == 0 and not self.partial:  # the truth is zero everywhere: nothing to compare one by one
+            text = f"all {self.entries:,} Jacobian entries, every one zero in the truth, by {self.probes} random probes"
+        elif self.partial:
             text = (f"{self.entries:,} Jacobian entries by {self.probes} random probes only; "
                     f"the {self.structural:,} structurally nonzero ones were not compared one by one: {self.partial}")
         elif rest:
             text = f"all {self.entries:,} Jacobian entries: {ones} one by one, {how}, the other {rest:,} by {self.probes} random probes"
         else:
             text = f"all {self.entries:,} Jacobian entries: {ones} one by one, {how}, and all by {self.probes} random probes"
-        against = " and ".join({"reference": "autograd through the reference", "numerical": "finite differences"}[t] for t in self.truths)
-        if "numerical" not in self.truths:
+        against = " and ".join(TRUTH_WORDS[self.role if t == "reference" else t] for t in self.truths)
+        if self.role == "surrogate":
+            against += ", the intended gradient, not the derivative of forward"
+        elif "numerical" not in self.truths:
             against += " (its Jacobian reproduced finite differences along random directions at this point)"
         text += f", against {against}"
+        if self.unreproduced:
+            text += (f"; autograd through the reference is not a truth for {' and '.join(self.unreproduced)}: it did not reproduce "
+                     "finite differences of the formula's forward along random directions at this point (a kink there, or a reference "
+                     "whose gradient is not its forward's derivative: declare an intended gradient as surrogate=)")
         if self.kinks:
             shown = ", ".join(self.kinks[:3]) + ("…" if len(self.kinks) > 3 else "")
             text += (f"; {len(self.kinks):,} element{'s' * (len(self.kinks) != 1)} not differentiable here (a kink: {shown}), "
@@ -125,6 +149,18 @@ class Coverage:
             where = ", ".join(self.excluded_where) + ("…" if self.excluded > len(self.excluded_where) else "")
             text += f"; {self.excluded:,} left out because the truth is not finite there ({where})"
         return text
+
+
+@dataclass(frozen=True)
+class OffPattern:
+    """An entry of the formula's Jacobian where the true Jacobian is zero (outside its pattern),
+    found from a random probe by halving the outputs it is summed over."""
+
+    input: str
+    shape: tuple[int, ...]
+    row: int  # output element (flat)
+    col: int  # input element (flat)
+    value: float  # the formula's entry there
 
 
 @dataclass(frozen=True)
@@ -139,6 +175,9 @@ class JacobianVerdict:
     second_looked: tuple[np.ndarray, ...] = ()  # per input, elements passed on a second look (kinks, the differences' noise)
     kinks: tuple[np.ndarray, ...] = ()  # per input, flat indices of the elements where the function has a kink
     scales: tuple[float | None, ...] = ()  # per input, the unit of atol: the largest |true entry| of its Jacobian
+    linear: bool = True  # the formula's backward is linear in grad_output (tested where the probes show more than the entries)
+    off_pattern: OffPattern | None = None  # an entry where the true Jacobian is zero, where the probes found one
+    follows_foreign: tuple[str, ...] = ()  # inputs where the backward agrees with a reference that is not a truth there
 
     @property
     def outcome(self) -> str:
@@ -249,13 +288,15 @@ def check_jacobian(
     budget_bytes: int = DEFAULT_BUDGET_BYTES,
     work_limit: float = math.inf,
     output_element: Callable[[int], str] | None = None,
+    role: str = "reference",
 ) -> JacobianVerdict:
     """The formula's whole Jacobian against the truth (see the module's docstring).
 
     The truths for the entries: the reference's Jacobian on the pattern, where it reproduced
     plain differences along random directions at the point (``plans`` carry it), and the
     numerical Jacobian wherever a plan has it already or nothing else can stand in for it (no
-    reference, or one that did not reproduce the differences).
+    reference, or one that did not reproduce the differences). With ``role="surrogate"`` the
+    reference is the only truth.
 
     The formula's backward calls (the entries, the probes, the zero upstream) run on one forward
     call's graph, which is let go before the second look."""
@@ -272,25 +313,37 @@ def check_jacobian(
     groups = int(colors.max()) + 1 if colors.size else 0
     partial = f"{groups:,} backward calls would exceed the work limit" if groups * sum(sizes) > work_limit else ""
 
-    truths: list[dict[str, np.ndarray]] = [{} if t is None else {"numerical": t[2]} for t in numerical]
+    differences = role != "surrogate"  # finite differences of forward are a truth, unless the intended gradient is declared
+    truths: list[dict[str, np.ndarray]] = [{} if t is None or not differences else {"numerical": t[2]} for t in numerical]
+    trusted = [reference is not None] * len(inputs)  # per input: the reference is a truth there
+    foreign: dict[int, np.ndarray] = {}  # per input where it is not: the reference's entries
+    marked: dict[int, np.ndarray] | None = None  # the kinks, found once where they are needed
     if reference is not None and not partial:
         kept = [p.reference_values if p.structured else None for p in plans]
         if any(k is None for k in kept):
             kept = compressed_entries(reference, inputs, patterns, colors, skip, shape, budget_bytes)
-        for truth, values in zip(truths, kept):
-            truth["reference"] = values
+        for i, (truth, values, plan, (rows, cols)) in enumerate(zip(truths, kept, plans, patterns)):
+            trusted[i] = (not differences or plan.reference_values is not None or reproduces(plan, rows, cols, values)
+                          or directional_gap(plan, rows, cols, values) <= FOREIGN_GAP)
+            if not trusted[i] and numerical[i] is not None:  # far off along random directions: kinks can do that too
+                marked = marked if marked is not None else _marked_kinks(function, inputs, plans, plans, tolerances, budget_bytes)
+                trusted[i] = not _mostly_wrong(values, numerical[i], noises[i], marked.get(i, NONE), tolerances)
+            if trusted[i]:
+                truth["reference"] = values
+            else:
+                foreign[i] = values
     entries: list[InputEntries] = []
     judged: list = []
     kinks: list[str] = []
     kink_elements: list[np.ndarray] = [NONE] * len(inputs)
     forgiven: dict = {"kink": {}, "noise": {}}  # per input, elements judged on a second look: kinks, and the differences' noise
     if not partial:
-        analytic = compressed_entries(function, inputs, patterns, colors, skip, shape, budget_bytes, graph=graph)
+        analytic = _backward(compressed_entries, function, inputs, patterns, colors, skip, shape, budget_bytes, graph=graph)
         entries = _entries(names, inputs, patterns, truths, analytic, skip, noises)
         scales = [truth_scale(_truths(e.values)) for e in entries]  # the truths' own: the same for both passes
         judged = [compare_entries(e.values["analytic"], _truths(e.values), tolerances, e.noises, scale) for e, scale in zip(entries, scales)]
         if any(j.failed for j in judged):  # a failure must hold with plain calls, not only under vmap
-            analytic = compressed_entries(function, inputs, patterns, colors, skip, shape, budget_bytes, batched=False, graph=graph)
+            analytic = _backward(compressed_entries, function, inputs, patterns, colors, skip, shape, budget_bytes, batched=False, graph=graph)
             entries = _entries(names, inputs, patterns, truths, analytic, skip, noises)
             judged = [compare_entries(e.values["analytic"], _truths(e.values), tolerances, e.noises, scale) for e, scale in zip(entries, scales)]
 
@@ -298,18 +351,20 @@ def check_jacobian(
     upstreams = torch.randn((probes, *shape), generator=generator, dtype=torch.float64)
     upstreams.reshape(probes, -1)[:, torch.from_numpy(skip)] = 0.0
     flat_u = upstreams.reshape(probes, -1).numpy()
-    products: dict[str, list] = {"analytic": vector_jacobian_products(function, inputs, upstreams, batched=False, graph=graph)}
-    zero = [p[0].numpy() for p in vector_jacobian_products(function, inputs, torch.zeros((1, *shape), dtype=torch.float64), batched=False,
-                                                           graph=graph)]
+    products: dict[str, list] = {"analytic": _backward(vector_jacobian_products, function, inputs, upstreams, batched=False, graph=graph)}
+    zero = [p[0].numpy() for p in _backward(vector_jacobian_products, function, inputs, torch.zeros((1, *shape), dtype=torch.float64),
+                                            batched=False, graph=graph)]
     del graph  # every backward call of the formula is made
-    if not partial:
+    follows_foreign = tuple(names[i] for i, values in foreign.items() if _agrees(entries[i].values["analytic"], values, tolerances))
+    if not partial and differences:  # kinks and the differences' noise matter only where they are a truth
         judged, forgiven = _second_look(function, inputs, entries, judged, tolerances)
-        marked = _marked_kinks(function, inputs, entries, plans, tolerances, budget_bytes)
+        marked = marked if marked is not None else _marked_kinks(function, inputs, entries, plans, tolerances, budget_bytes)
         kink_elements = [np.union1d(forgiven["kink"].get(i, NONE), marked.get(i, NONE)) for i in range(len(inputs))]
         kinks = [name_element(e.name, e.shape, int(c)) for e, elements in zip(entries, kink_elements) for c in elements]
-    if reference is not None:
-        products["reference"] = vector_jacobian_products(reference, inputs, upstreams, batched=False)
-    if any(t is not None for t in numerical):
+    if any(trusted):
+        by_reference = vector_jacobian_products(reference, inputs, upstreams, batched=False)
+        products["reference"] = [p if ok else None for p, ok in zip(by_reference, trusted)]
+    if differences and any(t is not None for t in numerical):
         products["numerical"] = [None if t is None else torch.from_numpy(np.stack([gradient_from_entries(*t, u, skip, n) for u in flat_u]))
                                  for t, n in zip(numerical, sizes)]
     probe_list = tuple(
@@ -327,8 +382,14 @@ def check_jacobian(
         scales = [None] * len(inputs)
     probes_judged = [[compare_entries(p.products["analytic"][i], _probe_truths(p, i), tolerances, probe_noise(k, i), scales[i])
                       for i in range(len(inputs))] for k, p in enumerate(probe_list)]
-    finding = (_worst_entry(entries, judged, output_element, tolerances) or _not_zero(zero, names, inputs, patterns, skip)
-               or _off_pattern(entries, probe_list, tolerances, scales) or _worst_probe(probe_list, probes_judged, names, inputs, tolerances, scales))
+    finding = _worst_entry(entries, judged, output_element, tolerances, role) or _not_zero(zero, names, inputs, patterns, skip)
+    linear, located = True, None
+    outside = None if finding else _off_pattern(entries, probe_list, tolerances, scales)
+    if outside is not None:  # more than the entries account for: not linear, or entries where the truth has none
+        linear = _backward(_linear, function, inputs, upstreams, tolerances)
+        located = _backward(_locate, function, inputs, entries, probe_list, *outside[:2], shape) if linear else None
+        finding = _off_pattern_words(outside, linear, located, output_element, role)
+    finding = finding or _worst_probe(probe_list, probes_judged, names, inputs, tolerances, scales, role)
     structural = sum(r.size for r, _ in patterns)
     excluded, where = _excluded(entries, judged, output_element)
     probed = sum(int((~j.left_out).sum()) for per_probe in probes_judged for j in per_probe)
@@ -346,10 +407,12 @@ def check_jacobian(
         truths=tuple(t for t in TRUTHS if t in products),
         pattern_source="; ".join(dict.fromkeys(p.source for p in plans)),
         partial=partial,
+        role=role,
+        unreproduced=tuple(name for name, ok in zip(names, trusted) if reference is not None and not ok),
     )
     return JacobianVerdict(finding is None and not coverage.empty, finding or "", coverage, tuple(entries), probe_list,
                            tuple(zero), shape, tuple(forgiven["noise"].get(i, NONE) for i in range(len(inputs))), tuple(kink_elements),
-                           tuple(scales))
+                           tuple(scales), linear, located, follows_foreign)
 
 
 def _entries(names, inputs, patterns, truths: list[dict[str, np.ndarray]], analytic: list[np.ndarray], skip: np.ndarray,
@@ -382,7 +445,8 @@ def _not_zero(gradients: Sequence[np.ndarray], names, inputs, patterns, skip: np
     return None
 
 
-def _off_pattern(entries: Sequence[InputEntries], probes: Sequence[Probe], tolerances: Tolerances, scales: Sequence[float | None]) -> str | None:
+def _off_pattern(entries: Sequence[InputEntries], probes: Sequence[Probe], tolerances: Tolerances,
+                 scales: Sequence[float | None]) -> tuple | None:
     """What the formula's backward puts outside the pattern, for each random upstream u: uᵀJ by a
     plain call minus the part that the entries already checked account for. The truth is 0
     there, so this is held to atol, as gradcheck holds an entry whose truth is 0; rtol² of the
@@ -412,13 +476,101 @@ def _off_pattern(entries: Sequence[InputEntries], probes: Sequence[Probe], toler
             if excess.size and excess.max() > 0:
                 k = int(np.argmax(excess))
                 if worst is None or excess[k] > worst[0]:
-                    worst = (excess[k], number, e.name, e.shape, k, outside[k], atol)
-    if worst is None:
+                    worst = (excess[k], number, i, e.name, e.shape, k, outside[k], atol)
+    return None if worst is None else worst[1:]
+
+
+def _mostly_wrong(values: np.ndarray, numerical: tuple, noise: np.ndarray | None, kinks: np.ndarray, tolerances: Tolerances) -> bool:
+    """Whether the reference's entries miss the finite differences on most of the pattern away
+    from the function's kinks: the gradient of another function (a straight-through identity, a
+    reversed sign), not a truth with a few odd entries (a kink's one-sided choice, rounding)."""
+    cols, truth = numerical[1], numerical[2]
+    away = ~np.isin(cols, kinks) & np.isfinite(truth) & np.isfinite(values)
+    if not away.any():
+        return False
+    wrong = compare_entries(values[away], {"numerical": truth[away]}, tolerances,
+                            {"numerical": noise[away]} if noise is not None else None).excess > 0
+    return bool(wrong.mean() > 0.5)
+
+
+def _backward(call, *args, **kwargs):
+    """``call`` of the formula's backward: what it raises is the formula's own (a FormulaError),
+    never Gradient Lab's. Here backward is called many times on one graph, as ``retain_graph=True``
+    users do: a backward that edits what it saved in place raises on the second call."""
+    try:
+        return call(*args, **kwargs)
+    except Exception as error:  # noqa: BLE001 - the code under test's
+        raise FormulaError("The formula's backward", error) from error
+
+
+def _agrees(analytic: np.ndarray, values: np.ndarray, tolerances: Tolerances) -> bool:
+    """Whether the formula's entries are the reference's, where they are finite."""
+    finite = np.isfinite(analytic)
+    return bool(finite.any()) and not compare_entries(analytic[finite], {"reference": values[finite]}, tolerances).failed
+
+
+def _linear(function, inputs, upstreams: Tensor, tolerances: Tolerances) -> bool:
+    """Whether the formula's backward is linear in grad_output, as a vector-Jacobian product is:
+    b(u₁ + u₂) = b(u₁) + b(u₂) and b(2u₁) = 2·b(u₁), for the probes' u₁, u₂."""
+    u1, u2 = upstreams[0], upstreams[-1]
+    b = vector_jacobian_products(function, inputs, torch.stack([u1, u2, u1 + u2, 2 * u1]), batched=False)
+    for g in b:
+        g = g.numpy()
+        scale = max(float(np.abs(g[np.isfinite(g)]).max(initial=0.0)), 1.0)
+        for lhs, rhs in ((g[2], g[0] + g[1]), (g[3], 2 * g[0])):
+            finite = np.isfinite(lhs) & np.isfinite(rhs)
+            if np.any(np.abs(lhs - rhs)[finite] > tolerances.atol * scale + tolerances.rtol * np.abs(rhs)[finite]):
+                return False
+    return True
+
+
+def _locate(function, inputs, entries: Sequence[InputEntries], probes: Sequence[Probe], number: int, index: int,
+            shape: tuple[int, ...]) -> OffPattern | None:
+    """The output whose entry for the probe's worst input element is outside the pattern: a
+    linear backward's excess over the entries splits over the outputs, so halving the outputs
+    the probe's upstream covers, and keeping the half with more, finds one in log₂(outputs) calls."""
+    probe, e = probes[number - 1], entries[index]
+    analytic = probe.products["analytic"][index]
+    k = int(np.argmax(np.abs(analytic - _on_pattern(e, probe.upstream, analytic.size))))
+    mine = e.cols == k  # the entries of that element
+
+    def excess(rows: np.ndarray) -> float:
+        u = np.zeros_like(probe.upstream)
+        u[rows] = probe.upstream[rows]
+        got = vector_jacobian_products(function, inputs, torch.from_numpy(u).reshape(1, *shape), batched=False)[index][0, k]
+        return float(got) - float(e.values["analytic"][mine] @ u[e.rows[mine]])
+
+    rows = np.flatnonzero(probe.upstream)
+    total = excess(rows)
+    while rows.size > 1:
+        half = rows[: rows.size // 2]
+        first = excess(half)
+        rows, total = (half, first) if abs(first) >= abs(total - first) else (rows[rows.size // 2:], total - first)
+    if not rows.size or np.any(mine & (e.rows == rows[0])):  # on the pattern: its own entry differs alone and in company
         return None
-    _, number, name, shape, k, outside, atol = worst
-    return (f"for random upstream gradient {number}, the formula's backward gives {name_element(name, shape, k)} {outside:.6g} more "
-            f"than its own Jacobian entries account for: it has entries where the true Jacobian is zero (outside the pattern), "
-            f"mixes grad_output across outputs, or is not linear in grad_output (allowed {atol:.3g})")
+    return OffPattern(e.name, e.shape, int(rows[0]), k, total / float(probe.upstream[rows[0]]))
+
+
+def _on_pattern(e: InputEntries, upstream: np.ndarray, n: int) -> np.ndarray:
+    """uᵀA from the entries alone, per input element."""
+    return np.bincount(e.cols, weights=np.nan_to_num(upstream.reshape(-1)[e.rows] * e.values["analytic"]), minlength=n)
+
+
+def _off_pattern_words(outside: tuple, linear: bool, located: OffPattern | None, output_element: Callable[[int], str],
+                       role: str = "reference") -> str:
+    number, _, name, shape, k, amount, atol = outside
+    at = name_element(name, shape, k)
+    if not linear:
+        return (f"for random upstream gradients u₁ and u₂ the formula's backward b gives b(u₁ + u₂) ≠ b(u₁) + b(u₂), which no "
+                f"vector-Jacobian product does (for random upstream gradient {number}, at {at}, it gives {amount:.6g} more than its "
+                f"own Jacobian entries account for; allowed {atol:.3g})")
+    if located is not None:
+        return (f"the Jacobian entry ∂{output_element(located.row)} / ∂{name_element(located.input, located.shape, located.col)} is "
+                f"{located.value:.6g} by the formula's backward, "
+                + ("where the declared surrogate's Jacobian is zero (the intended gradient has no entry there)" if role == "surrogate" else
+                   "where the true Jacobian is zero (outside its pattern: the output does not depend on that input element here)"))
+    return (f"for random upstream gradient {number}, the formula's backward gives {at} {amount:.6g} more than its own Jacobian entries "
+            f"account for: it mixes grad_output across outputs, or has entries where the true Jacobian is zero (allowed {atol:.3g})")
 
 
 def _forgive(product: np.ndarray, elements: np.ndarray | None) -> np.ndarray:
@@ -514,7 +666,8 @@ def _entry_name(e: InputEntries, k: int, output_element: Callable[[int], str]) -
     return f"∂{output_element(int(e.rows[k]))} / ∂{name_element(e.name, e.shape, int(e.cols[k]))}"
 
 
-def _worst_entry(entries: Sequence[InputEntries], judged, output_element: Callable[[int], str], tolerances: Tolerances) -> str | None:
+def _worst_entry(entries: Sequence[InputEntries], judged, output_element: Callable[[int], str], tolerances: Tolerances,
+                 role: str = "reference") -> str | None:
     worst = None
     for e, judgement in zip(entries, judged):
         if judgement.failed:
@@ -526,14 +679,16 @@ def _worst_entry(entries: Sequence[InputEntries], judged, output_element: Callab
     _, e, k, against = worst
     where = _entry_name(e, k, output_element)
     return (f"the Jacobian entry {where} is {_value(e.values['analytic'][k])} by the formula's backward, "
-            f"{e.values[against][k]:.6g} by the {against} truth (allowed {tolerances_text(tolerances, against, truth_scale(_truths(e.values)))})")
+            f"{e.values[against][k]:.6g} by the {truth_label(against, role)} truth "
+            f"(allowed {tolerances_text(tolerances, against, truth_scale(_truths(e.values)), role)})")
 
 
 def _value(a: float) -> str:
     return f"{a:.6g}" if np.isfinite(a) else f"not finite ({a})"
 
 
-def _worst_probe(probes: Sequence[Probe], judged, names, inputs, tolerances: Tolerances, scales: Sequence[float | None]) -> str | None:
+def _worst_probe(probes: Sequence[Probe], judged, names, inputs, tolerances: Tolerances, scales: Sequence[float | None],
+                 role: str = "reference") -> str | None:
     worst = None
     for number, (probe, per_input) in enumerate(zip(probes, judged), 1):
         for i, (name, judgement) in enumerate(zip(names, per_input)):
@@ -547,15 +702,20 @@ def _worst_probe(probes: Sequence[Probe], judged, names, inputs, tolerances: Tol
         return None
     _, number, name, shape, k, a, b, against, scale = worst
     return (f"for random upstream gradient {number}, uᵀJ at {name_element(name, shape, k)} is {_value(a)} by the formula's "
-            f"backward, {b:.6g} by the {against} truth: the backward uses grad_output wrongly, or misses entries "
-            f"(allowed {tolerances_text(tolerances, against, scale)})")
+            f"backward, {b:.6g} by the {truth_label(against, role)} truth: the backward uses grad_output wrongly, or misses entries "
+            f"(allowed {tolerances_text(tolerances, against, scale, role)})")
 
 
-def tolerances_text(tolerances: Tolerances, against: str, scale: float = 1.0) -> str:
+def truth_label(against: str, role: str = "reference") -> str:
+    """A truth's name in a finding: the reference's is its role (``ROLES``)."""
+    return role if against == "reference" else against
+
+
+def tolerances_text(tolerances: Tolerances, against: str, scale: float = 1.0, role: str = "reference") -> str:
     """The tolerance in words; atol is in units of the truth's largest |value| (``truth_scale``)."""
     atol = f"{tolerances.atol:g}" if scale == 1.0 else f"{tolerances.atol:g}×{scale:.3g} (its largest |value|)"
     own_error = f", and {NOISE_FACTOR}× the differences' own error" if against == "numerical" else ""
-    return f"{atol} + {tolerances.rtol:g}·|{against}|{own_error}"
+    return f"{atol} + {tolerances.rtol:g}·|{truth_label(against, role)}|{own_error}"
 
 
 def _excluded(entries: Sequence[InputEntries], judged, output_element: Callable[[int], str]) -> tuple[int, tuple[str, ...]]:

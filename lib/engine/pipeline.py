@@ -15,15 +15,15 @@ from typing import Any, Callable, Hashable, Sequence
 import numpy as np
 import torch
 
-from .diagnosis import diagnose, diagnose_failure
-from .evaluate import DEFAULT_BUDGET_BYTES, numerical_entries, numerical_gradient, numerical_jacobian, product_noise, with_values
-from .judge import JacobianVerdict, check_jacobian, compare_entries, tolerances_text, truth_scale
+from .diagnosis import confirm, diagnose, diagnose_failure
+from .evaluate import DEFAULT_BUDGET_BYTES, summed_gradients, numerical_entries, numerical_gradient, numerical_jacobian, product_noise, with_values
+from .judge import JacobianVerdict, check_jacobian, compare_entries, tolerances_text, truth_label, truth_scale
 from .planning import DifferencePlan, plan_differences
 from .report import PAIRS, Failure, GradientReport, InputComparison, Verdict, error_map, non_finite
 from .signature import Signature, name_element, read_signature
 from .second_order import check_second_order
 from .tolerances import Tolerances, default_tolerances
-from ..errors import LabError
+from ..errors import FormulaError, LabError
 
 Tensor = torch.Tensor
 DEFAULT_JACOBIAN_LIMIT = 64 * 64  # entries of one input's Jacobian worth drawing as a heatmap
@@ -74,11 +74,13 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float(a[finite] @ b[finite] / (na * nb)) if na > 0 and nb > 0 else math.nan
 
 
-def _drawn_gradient_finding(comparisons: Sequence[InputComparison], tolerances: Tolerances, has_reference: bool,
+def _drawn_gradient_finding(comparisons: Sequence[InputComparison], tolerances: Tolerances, trusted: Sequence[bool],
                             second_looked: Sequence[np.ndarray] = (), noises: Sequence[np.ndarray | None] = (),
-                            scales: Sequence[float | None] = ()) -> str | None:
+                            scales: Sequence[float | None] = (), role: str = "reference") -> str | None:
     """The drawn gradients (one vector-Jacobian product, for the chosen upstream) against the
     truth: a backward may treat this one upstream specially, so it is checked as it is drawn.
+    ``trusted``: per input, whether the reference is a truth there (with ``role="surrogate"``, the
+    only one).
     Elements the Jacobian check passed on a second look (kinks, the differences' own noise) are
     not judged again here by central differences."""
     for i, c in enumerate(comparisons):
@@ -89,7 +91,7 @@ def _drawn_gradient_finding(comparisons: Sequence[InputComparison], tolerances: 
             numerical[second_looked[i]] = np.nan
             reference[second_looked[i]] = np.nan  # at a kink the reference's own choice is one right answer of several
             numerical, reference = numerical.reshape(c.gradients["numerical"].shape), reference.reshape(c.gradients["reference"].shape)
-        truths = {"numerical": numerical, **({"reference": reference} if has_reference else {})}
+        truths = {**({"numerical": numerical} if role != "surrogate" else {}), **({"reference": reference} if trusted[i] else {})}
         noise = {"numerical": noises[i]} if i < len(noises) and noises[i] is not None else None
         scale = scales[i] if i < len(scales) and scales[i] is not None else truth_scale(truths)  # the Jacobian's, not the product's
         judgement = compare_entries(c.gradients["analytic"], truths, tolerances, noise, scale)
@@ -98,7 +100,8 @@ def _drawn_gradient_finding(comparisons: Sequence[InputComparison], tolerances: 
             flat = int(np.argmax(excess))
             index, at = np.unravel_index(flat, excess.shape), name_element(c.name, excess.shape, flat)
             return (f"the drawn gradient at {at} is {c.gradients['analytic'][index]:.6g} by the formula's backward, "
-                    f"{c.gradients[against][index]:.6g} by the {against} truth ({tolerances_text(tolerances, against, scale)})")
+                    f"{c.gradients[against][index]:.6g} by the {truth_label(against, role)} truth "
+                    f"({tolerances_text(tolerances, against, scale, role)})")
     return None
 
 
@@ -111,12 +114,45 @@ def _gradient_noise(run, inputs, plan: DifferencePlan, upstream: Tensor, budget_
     return product_noise(plan, x, entries, upstream.detach().double().cpu().reshape(-1).numpy()).reshape(tuple(x.shape))
 
 
-def _verdict(jacobian: JacobianVerdict | None, drawn_finding: str | None, failure: Failure | None, diagnosis=None) -> Verdict:
-    """Never "passes" without saying what it covered; a failure leads with its diagnosis."""
+def _second_point(problem: Problem, plans: Sequence[DifferencePlan], trusted: Sequence[bool], tolerances: Tolerances, seed: int,
+                  budget_bytes: int) -> Callable[[int], tuple[np.ndarray, np.ndarray] | None]:
+    """For ``diagnosis.confirm``: at a second point (each input moved by half its spread, seeded),
+    input i's flat values and which of its elements the formula's gradient gets wrong there, for
+    a random upstream, against the reference where it is a truth, else finite differences."""
+    generator = torch.Generator().manual_seed(seed + 15485863)
+    moved = tuple(x + 0.5 * float(x.double().std().nan_to_num(1.0) if x.numel() > 1 else 1.0)
+                  * torch.randn(tuple(x.shape), generator=generator, dtype=torch.float64).to(x) for x in problem.inputs)
+    found: dict[int, tuple[np.ndarray, np.ndarray] | None] = {}
+
+    def wrong_at(index: int):
+        if index not in found:
+            try:
+                with torch.no_grad():
+                    output = problem.function(*moved)
+                u = torch.randn(tuple(output.shape), generator=generator, dtype=torch.float64).to(output)
+                analytic = _gradients(problem.function, moved, u)[index]
+                truth = (_gradients(problem.reference, moved, u)[index] if trusted[index] else
+                         numerical_gradient(problem.function, moved, plans[index], u, tolerances.step, budget_bytes))
+                wrong = compare_entries(analytic, {"truth": truth}, tolerances).excess > 0
+                found[index] = (_numpy(moved[index], moved[index]).reshape(-1), wrong.reshape(-1))
+            except Exception:  # noqa: BLE001 - the code under test may raise there: then the second point cannot tell
+                found[index] = None
+        return found[index]
+
+    return wrong_at
+
+
+def _verdict(jacobian: JacobianVerdict | None, drawn_finding: str | None, failure: Failure | None, diagnosis=None,
+             forward: str = "") -> Verdict:
+    """Never "passes" without saying what it covered; a failure leads with its diagnosis; a
+    forward that differs from its reference fails, whatever its backward does against itself."""
     why = diagnosis.words if diagnosis is not None and diagnosis.findings else ""
     if failure is not None:
         return Verdict("fail", why=why, failure=failure)
     coverage = jacobian.coverage.describe()
+    if forward:
+        finding = jacobian.finding or drawn_finding or ""
+        return Verdict("fail", coverage, finding, why if finding else "", forward=forward)
     if jacobian.outcome != "pass":
         return Verdict(jacobian.outcome, coverage, jacobian.finding, why if jacobian.outcome == "fail" else "")
     if drawn_finding:
@@ -136,6 +172,7 @@ def _require_work(plans: Sequence[DifferencePlan], inputs: Sequence[Tensor], rep
         )
 
 
+REPEATED = "called again on the same graph (retain_graph=True), as the whole-Jacobian check calls it"
 UPSTREAMS = ("loss", "ones", "random")  # the drawn gradient's upstream: the loss's, all ones, seeded random
 
 
@@ -167,6 +204,7 @@ class Problem:
     loss: Callable[[Tensor], Tensor]  # packed output -> scalar
     structure_key: Hashable = None  # names the reference and its settings, for a pattern kept across points
     failure: Failure | None = None  # the formula's (or reference's) forward, where it raised while the signature was read
+    role: str = "reference"  # the reference's role (``judge.ROLES``): "surrogate" where it is the declared intended gradient
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -179,19 +217,24 @@ class Problem:
 
 def problem(formula: str, function: Callable[..., Any], reference: Callable[..., Any] | None, inputs: Sequence[Tensor],
             names: Sequence[str], loss: Callable[..., Tensor], *, outputs: Sequence[str] = (), constants: Sequence[str] = (),
-            structure_key: Hashable = None) -> Problem:
+            structure_key: Hashable = None, surrogate: Callable[..., Any] | None = None) -> Problem:
     """The canonical form of ``function`` (and ``reference``) on ``inputs``: integer, boolean and
     declared-constant inputs held as they are, the differentiable outputs packed, ``loss`` taking
-    the differentiable outputs. A forward that raises is kept as the problem's failure."""
+    the differentiable outputs. A forward that raises is kept as the problem's failure.
+
+    A ``surrogate`` (plain torch ops whose autograd gradient is the *intended* one, its forward
+    the formula's) takes the reference's place as the only truth."""
     inputs = tuple(x.detach() if isinstance(x, Tensor) else x for x in inputs)
+    role = "surrogate" if surrogate is not None else "reference"
+    reference = surrogate if surrogate is not None else reference
     try:  # from the formula's forward, else the reference's
         signature = read_signature((function, reference), inputs, names, outputs, constants)
     except Exception as error:  # noqa: BLE001 - the code under test may be broken; the last to raise is named
         failure = Failure.of("reference" if reference is not None else "forward", error)
-        return Problem(formula, None, None, (), None, lambda y: y.sum(), structure_key, failure)
+        return Problem(formula, None, None, (), None, lambda y: y.sum(), structure_key, failure, role)
     canonical = lambda f: signature.canonical(f, inputs) if f is not None else None  # noqa: E731
     return Problem(formula, canonical(function), canonical(reference), signature.split(inputs), signature,
-                   lambda y: loss(*signature.unpack(y)), structure_key)
+                   lambda y: loss(*signature.unpack(y)), structure_key, role=role)
 
 
 def _outputs(problem: Problem) -> tuple[Tensor | None, Tensor | None, Failure | None]:
@@ -215,6 +258,43 @@ def _analytic(run, inputs, upstream) -> tuple[list[np.ndarray] | None, Failure |
         return _gradients(run, inputs, upstream), None
     except Exception as error:  # noqa: BLE001
         return None, Failure.of("backward", error)
+
+
+def _alone(run, inputs, names, upstream) -> Failure | None:
+    """The formula's backward with one input at a time requiring a gradient, as autograd calls it
+    when the others are frozen: a backward that reads ``needs_input_grad`` may raise only then
+    (a variable left unbound). Its first exception, with the condition that triggers it."""
+    if len(inputs) < 2:
+        return None
+    for index, name in enumerate(names):
+        xs = [x.detach().requires_grad_(i == index) for i, x in enumerate(inputs)]
+        try:
+            with torch.enable_grad():
+                y = run(*xs)
+                torch.autograd.grad(y, xs[index], upstream.to(dtype=y.dtype), allow_unused=True)
+        except Exception as error:  # noqa: BLE001 - the formula's backward, under a condition it did not expect
+            return Failure.of("backward", error, when=f"only {name} requires a gradient")
+    return None
+
+
+def forward_difference(formula_output: Tensor, reference_output: Tensor, tolerances: Tolerances,
+                       output_element: Callable[[int], str], role: str = "reference") -> str:
+    """The formula's forward against its reference's, in words; "" where they agree. Where they
+    differ, the reference's gradient is not the derivative of the formula's forward, so it cannot
+    judge the backward: that is the finding, and the backward is judged against its own forward."""
+    whose = "the declared surrogate's" if role == "surrogate" else "the reference's"
+    if formula_output.shape != reference_output.shape:
+        return (f"the formula's forward gives an output of shape {tuple(formula_output.shape)}, {whose} one of shape "
+                f"{tuple(reference_output.shape)}")
+    mine, truth = _numpy(formula_output, formula_output).reshape(-1), _numpy(reference_output, reference_output).reshape(-1)
+    scale = truth_scale({"reference": truth})
+    finite = np.flatnonzero(np.isfinite(mine))  # an overflow is the same function computed badly: the verdict's to show, by the same truth
+    judgement = compare_entries(mine[finite], {"reference": truth[finite]}, tolerances, scale=scale)
+    if not judgement.failed:
+        return ""
+    k = int(finite[np.argmax(judgement.excess)])
+    return (f"the formula's forward differs from {whose}: {output_element(k)} is {mine[k]:.6g} by the formula, {truth[k]:.6g} "
+            f"by the {role} (allowed {tolerances_text(tolerances, 'reference', scale, role)})")
 
 
 def _forward_error(formula_output: Tensor | None, reference_output: Tensor | None) -> float:
@@ -277,11 +357,12 @@ class Evaluation:
 
 
 def evaluate(problem: Problem, tolerances: Tolerances, plans: Sequence[DifferencePlan] | None, grad_output: Tensor | None,
-             upstream: str, seed: int, budget_bytes: int, work_limit: float) -> Evaluation | Failure:
-    """Forward, the formula's backward for the drawn upstream, the plan (unless given) and its
-    finite differences. A Failure where no output at all could be computed."""
+             upstream: str, seed: int, budget_bytes: int, work_limit: float, outputs=None) -> Evaluation | Failure:
+    """Forward (unless its ``outputs`` are given, as ``_outputs`` gives them), the formula's
+    backward for the drawn upstream, the plan (unless given) and its finite differences. A
+    Failure where no output at all could be computed."""
     inputs, run, reference = problem.inputs, problem.function, problem.reference
-    reference_output, formula_output, failure = _outputs(problem)
+    reference_output, formula_output, failure = outputs or _outputs(problem)
     output = reference_output if reference_output is not None else formula_output
     if output is None:
         return failure
@@ -291,6 +372,7 @@ def evaluate(problem: Problem, tolerances: Tolerances, plans: Sequence[Differenc
     if failure is None:
         analytic, failure = _analytic(run, inputs, drawn)
         analytic = analytic if analytic is not None else blank
+        failure = failure or _alone(run, inputs, problem.names, drawn)
     if failure is None:
         plans = list(plans) if plans is not None else plan(problem, tolerances, budget_bytes=budget_bytes, work_limit=work_limit)
         _require_work(plans, inputs, 1, work_limit)
@@ -330,7 +412,7 @@ def check(
     jacobian_limit: int = DEFAULT_JACOBIAN_LIMIT,
     budget_bytes: int = DEFAULT_BUDGET_BYTES,
     work_limit: float = math.inf,
-    second_order: bool = True,
+    order: int = 2,
 ) -> GradientReport:
     """Analytic vs reference vs numerical, stage by stage: plan (unless ``plans`` are given, as the
     guard made them) and evaluate, judge the whole Jacobian (``judge``), the drawn gradient for
@@ -339,31 +421,46 @@ def check(
     The drawn upstream is ``grad_output`` if given, else ``upstream`` (see ``choose_upstream``).
     The code under test raising in forward or backward is reported, not raised. Finite
     differences that would take more than ``work_limit`` element evaluations are refused
-    (LabError) after planning, before they run.
+    (LabError) after planning, before they run. ``order=1``: the formula is meant to be
+    differentiated once, and the second order is not checked (it says so).
     """
     inputs, names = problem.inputs, problem.names
     dtype = next((x.dtype for x in inputs), torch.float64)
     device, dtype_name = str(inputs[0].device) if inputs else "cpu", str(dtype).removeprefix("torch.")
     tolerances = default_tolerances(dtype, step=step, atol=atol, rtol=rtol)
-    e = problem.failure or evaluate(problem, tolerances, plans, grad_output, upstream, seed, budget_bytes, work_limit)
+    outputs, forward, forward_error = None if problem.failure else _outputs(problem), "", math.nan
+    if outputs and outputs[0] is not None and outputs[1] is not None:  # the truth's forward must be the formula's
+        forward = forward_difference(outputs[1], outputs[0], tolerances, problem.output_element, problem.role)
+        forward_error = _forward_error(outputs[1], outputs[0]) if outputs[0].shape == outputs[1].shape else math.inf
+        if forward:  # then its gradient is no truth for this backward
+            problem, outputs = replace(problem, reference=None, role="reference"), (None, *outputs[1:])
+    e = problem.failure or evaluate(problem, tolerances, plans, grad_output, upstream, seed, budget_bytes, work_limit, outputs)
     if isinstance(e, Failure):
         return replace(_failed(problem, tolerances, e, dtype_name, device), family=family)
     run, reference = problem.function, problem.reference
     jacobian = second = None
     if e.failure is None:  # judge
-        jacobian = check_jacobian(run, reference, inputs, names, e.plans, tolerances, seed=seed, budget_bytes=budget_bytes,
-                                  work_limit=work_limit, output_element=problem.output_element)
-        if second_order:
-            second = check_second_order(run, reference, inputs, problem.loss, tolerances, first_order_passed=jacobian.passed, seed=seed,
-                                        names=names)
+        try:
+            jacobian = check_jacobian(run, reference, inputs, names, e.plans, tolerances, seed=seed, budget_bytes=budget_bytes,
+                                      work_limit=work_limit, output_element=problem.output_element, role=problem.role)
+        except FormulaError as error:  # its backward raised for another upstream, or when called again on the graph
+            again = any(sign in str(error) for sign in ("modified by an inplace operation", "backward through the graph a second time"))
+            e = replace(e, failure=Failure.of("backward", error, when=REPEATED if again else "given other upstream gradients"))
+    if e.failure is None:
+        # the reference is the second order's truth only where it is the first order's
+        second = check_second_order(run, None if jacobian.coverage.unreproduced else reference, inputs, problem.loss, tolerances,
+                                    first_order_passed=jacobian.passed, seed=seed, names=names, declared_order=order)
     comparisons = _maps(problem, e, jacobian, tolerances, jacobian_limit, budget_bytes)
-    drawn = None if e.failure else _drawn_gradient_finding(comparisons, tolerances, reference is not None, jacobian.second_looked,
+    trusted = [reference is not None and jacobian is not None and name not in jacobian.coverage.unreproduced for name in names]
+    drawn = None if e.failure else _drawn_gradient_finding(comparisons, tolerances, trusted, jacobian.second_looked,
                                                            [_gradient_noise(run, inputs, p, e.upstream, budget_bytes) for p in e.plans],
-                                                           jacobian.scales)
+                                                           jacobian.scales, problem.role)
     diagnosis = diagnose_failure(e.failure, inputs) if e.failure is not None else None  # diagnose
     if jacobian is not None:
-        second_wrong = second is not None and second.outcome in ("fail", "not differentiable")
-        diagnosis = diagnose(jacobian, [_numpy(x, x) for x in inputs], tolerances, second_order_wrong=second_wrong)
+        second_wrong = second is not None and second.failed
+        summed = summed_gradients(run, inputs) if not jacobian.passed else []
+        diagnosis = diagnose(jacobian, [_numpy(x, x) for x in inputs], tolerances, second_order_wrong=second_wrong, summed=summed)
+        diagnosis = confirm(diagnosis, _second_point(problem, e.plans, trusted, tolerances, seed, budget_bytes))
     return GradientReport(  # report
         family=family,
         formula=problem.formula,
@@ -371,10 +468,10 @@ def check(
         device=device,
         tolerances=tolerances,
         loss=float(problem.loss(e.output)),
-        forward_max_error=_forward_error(e.formula_output, e.reference_output),
+        forward_max_error=forward_error,
         inputs=tuple(comparisons),
         cosine=_cosine(np.concatenate([a.ravel() for a in e.analytic]), np.concatenate([r.ravel() for r in e.referenced])),
-        verdict=_verdict(jacobian, drawn, e.failure, diagnosis),
+        verdict=_verdict(jacobian, drawn, e.failure, diagnosis, forward),
         evaluations=sum(p.evaluations for p in e.plans) if e.failure is None else 0,
         failure=e.failure,
         notes=tuple(c.non_finite["input"].describe(c.name) for c in comparisons if c.non_finite["input"].count),

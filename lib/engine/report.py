@@ -34,11 +34,12 @@ class Failure:
     stage: str  # one of STAGES: the formula's forward or backward, or the family's reference
     kind: str  # the exception's type name
     message: str
+    when: str = ""  # the condition it raised under, where only some do ("only x1 requires a gradient")
 
     @classmethod
-    def of(cls, stage: str, error: BaseException) -> Failure:
+    def of(cls, stage: str, error: BaseException, when: str = "") -> Failure:
         error = original(error)
-        return cls(stage, type(error).__name__, str(error))
+        return cls(stage, type(error).__name__, str(error), when)
 
     @property
     def whose(self) -> str:
@@ -46,7 +47,8 @@ class Failure:
 
     def __str__(self) -> str:
         where = "in forward" if self.stage == "reference" else f"in {self.stage}"
-        return f"{where}: {self.kind}: {self.message}"
+        when = f" when {self.when}" if self.when else ""
+        return f"{where}{when}: {self.kind}: {self.message}"
 
 
 OUTCOMES = ("pass", "fail", "no verdict")
@@ -62,6 +64,7 @@ class Verdict:
     finding: str = ""  # the worst entry, probe or drawn element out of tolerance, in words
     why: str = ""  # the diagnosis, where it names a cause
     failure: Failure | None = None  # the code under test raised
+    forward: str = ""  # the formula's forward differs from its reference's (or surrogate's): then the backward is judged by its own
 
     @property
     def passed(self) -> bool:
@@ -73,6 +76,9 @@ class Verdict:
         if self.failure is not None:
             raised = f"{self.failure.whose} raised {self.failure}"
             return f"{self.why}. {raised[0].upper()}{raised[1:]}" if self.why else raised
+        if self.forward:
+            own = f"passes: {self.coverage}" if not self.finding else f"fails: {self.finding} (checked {self.coverage})"
+            return f"{self.forward}. Judged against finite differences of its own forward, its backward {own}"
         if self.outcome == "no verdict":
             return f"the truth is not finite anywhere, so nothing could be compared ({self.coverage})"
         if self.outcome == "pass":
@@ -188,6 +194,11 @@ class GradientReport:
     second_order: SecondOrderVerdict | None = None
     diagnosis: Diagnosis | None = None  # why the formula is wrong, where it is
     signature: Signature | None = None  # what the Function takes and gives; None when no forward ran
+
+    def passed(self, order: int = 2) -> bool:
+        """The first-order verdict passes and, with ``order=2``, the second order is not wrong
+        (not checked, or not differentiable by design, are not wrong)."""
+        return self.verdict.passed and not (order == 2 and self.second_order is not None and self.second_order.failed)
 
     def input(self, name: str) -> InputComparison:
         return next(c for c in self.inputs if c.name == name)

@@ -11,6 +11,8 @@ flattened and concatenated, in order). Every stage after it sees one tensor in p
 
 from __future__ import annotations
 
+import functools
+import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -177,3 +179,48 @@ def read_signature(functions: Sequence[Callable[..., Any] | None], inputs: Seque
         names = output_names(len(result), outputs)
         return Signature(slots, tuple(_slot(n, o, d) for n, o, d in zip(names, result, differentiable_outputs(result))))
     raise error if error is not None else ValueError("no function to read a signature from")
+
+
+def function_class(function: Callable) -> type[torch.autograd.Function] | None:
+    """The autograd.Function behind ``function`` (``SomeFunction.apply``, or ``positional_apply``'s
+    wrapper of it), if there is one."""
+    owner = getattr(inspect.unwrap(function), "__self__", None)
+    return owner if isinstance(owner, type) and issubclass(owner, torch.autograd.Function) else None
+
+
+def forward_parameters(function: type[torch.autograd.Function]) -> list[str]:
+    """The names of what a Function's forward takes, inputs then params, ctx left out."""
+    names = list(inspect.signature(function.forward).parameters)  # bound for a classmethod: cls is already gone
+    takes_ctx = function.setup_context is torch.autograd.Function.setup_context  # the setup_context style's forward has none
+    return names[1:] if takes_ctx and names else names
+
+
+def positional_apply(function: type[torch.autograd.Function]) -> Callable[..., Any]:
+    """``function.apply`` taking params as keywords, passed by position in the order of forward's
+    signature: ``apply`` binds no keywords for a Function whose forward takes ctx (a classmethod
+    ``forward(ctx, X, dim)`` called with ``dim=1`` misses ``X``). A param forward does not name
+    is refused by name; one it names and is not given takes forward's default."""
+    forward = inspect.signature(function.forward)
+    names = forward_parameters(function)
+    variadic = any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in forward.parameters.values())
+
+    @functools.wraps(function.apply)
+    def apply(*inputs, **params):
+        if not params or variadic:
+            return function.apply(*inputs, **params)
+        unknown = [name for name in params if name not in names[len(inputs):]]
+        if unknown:
+            raise TypeError(f"{function.__name__}.forward takes no param {', '.join(map(repr, unknown))} after its "
+                            f"{len(inputs)} input(s); it takes: {', '.join(names[len(inputs):]) or 'none'}")
+        rest = []
+        for name in names[len(inputs):]:
+            if name in params:
+                rest.append(params[name])
+            elif forward.parameters[name].default is not inspect.Parameter.empty:
+                rest.append(forward.parameters[name].default)
+            else:
+                break  # a later param has no value: apply raises its own error
+        return function.apply(*inputs, *rest)
+
+    return apply
+

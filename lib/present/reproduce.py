@@ -32,6 +32,7 @@ from ..engine.pipeline import choose_upstream
 from ..app.devices import device_problem
 from ..errors import LabError
 from ..explore.perturb import Perturbation
+from ..engine.signature import forward_parameters, function_class
 from ..engine.tolerances import default_tolerances
 
 PACKAGE = __name__.split(".")[0]  # Gradient Lab's import package: gradient_lab
@@ -151,7 +152,7 @@ $case
 title = $title_repr
 formula = $formula_repr
 names = $names
-params = $params  # the family's params, passed as keywords as the app does
+params = $params  # the family's params, passed as the app passes them (a Function's apply: by position)
 WRT = $wrt  # the inputs that are differentiated (the others: integer targets, masks, constants, as they are)
 KEPT = $kept  # the outputs whose gradient is checked (the others: integer, or marked non-differentiable)
 
@@ -164,7 +165,7 @@ def packed(outputs):
 
 
 def formula_function(*xs):
-    return packed($formula_call(*xs, **params))
+    return packed($formula_invocation)
 $reference_function
 
 def load(blob):
@@ -277,11 +278,18 @@ truth = numerical(formula_function)
 
 def _formula_code(function) -> tuple[object, str]:
     """What to import for a formula, and how the script calls it: a Function's class and
-    ``Name.apply``, or the callable itself."""
-    owner = getattr(function, "__self__", None)
-    if isinstance(owner, type) and issubclass(owner, torch.autograd.Function) and getattr(function, "__name__", "") == "apply":
-        return owner, ".apply"
-    return function, ""
+    ``Name.apply`` (``declare`` wraps it to take params by position), or the callable itself."""
+    owner = function_class(function)
+    return (owner, ".apply") if owner is not None else (function, "")
+
+
+def _invocation(code, call: str, params: dict) -> str:
+    """How the script calls the formula on ``xs``: a Function's ``apply`` takes its params by
+    position, in forward's order (it binds no keywords); anything else takes them as keywords."""
+    if not (isinstance(code, type) and issubclass(code, torch.autograd.Function)) or not params:
+        return f"{call}(*xs, **params)"
+    after = [name for name in forward_parameters(code) if name in params]
+    return f"{call}(*xs, {', '.join(f'params[{name!r}]' for name in after)})"
 
 
 def _inputs_and_upstream(case: Case, family, formula: str, params: dict):
@@ -307,9 +315,15 @@ def _sources(family, formula: str) -> tuple[list[str], list[str], list[str], str
     calls the formula and the reference (None: not imported)."""
     code, suffix = _formula_code(family.formula(formula).function)
     named = _by_name(code)
+    declared = None  # a lambda or closure: the module that declares its family is imported, and the formula taken from the family
     if named is None:
-        raise LabError(f"The formula {formula!r} ({getattr(code, '__qualname__', code)!r}) cannot be imported by name, so it "
-                       "cannot be reproduced in a script: define it at the top level of its module.")
+        module = sys.modules.get(family.module)
+        declared = family.module if getattr(module, "__file__", None) and family.module != "__main__" else None
+        if declared is None:
+            raise LabError(f"The formula {formula!r} ({getattr(code, '__qualname__', code)!r}) cannot be imported by name, and its family "
+                           "is not declared at the top level of a module, so a script cannot get it back: declare the family at a module's "
+                           "top level, or define the formula there.")
+        named = (declared, "")
     reference = _by_name(family.reference) if family.reference is not None else None
     wanted = [(named, "the formula under test")]
     if reference:
@@ -317,7 +331,12 @@ def _sources(family, formula: str) -> tuple[list[str], list[str], list[str], str
     imports, directories, modules = [], {}, []  # directories: directory -> the script's name for it
     for (module, qualname), comment in wanted:
         import_name, directory = _location(module)
-        imports.append(_import_line(import_name, qualname.split(".")[0], comment))
+        if qualname:
+            imports.append(_import_line(import_name, qualname.split(".")[0], comment))
+        else:  # it registers its families when imported; the formula is a lambda or closure, known to the registry alone
+            imports += [f"importlib.import_module({import_name!r})  # declares the family (its formula {formula!r} is a lambda or "
+                        "closure: not importable by name)", f"from {PACKAGE}.app.family import get_family  # noqa: E402"]
+            directories.setdefault(str(REPOSITORY), "LAB_DIR")
         modules += [import_name] if import_name not in modules else []
         if directory is not None:
             directories.setdefault(str(directory), "REFERENCE_DIR" if directories else "MODULE_DIR")
@@ -328,7 +347,9 @@ def _sources(family, formula: str) -> tuple[list[str], list[str], list[str], str
     paths = [f"{variable} = {directory!r}" for directory, variable in directories.items()]
     if directories:
         paths.append(f"sys.path += [{', '.join(directories.values())}]  # searched last: a copy Python finds first wins")
-    return imports, paths, modules, named[1] + suffix, reference[1] if reference else None
+    call = f"get_family({family.name!r}).formulas[{formula!r}].function" if declared else named[1] + suffix
+    return imports, paths, modules, call, reference[1] if reference else None
+
 
 
 def _wrap(text: str, prefix: str = "") -> str:
@@ -382,7 +403,7 @@ def python_snippet(case: Case, formula: str) -> str:
         wrt=repr(signature.wrt if signature else tuple(range(len(inputs)))),
         kept=repr(signature.kept if signature else (0,)),
         params=repr(params),
-        formula_call=formula_call,
+        formula_invocation=_invocation(_formula_code(family.formula(formula).function)[0], formula_call, params),
         reference_function=_REFERENCE_FUNCTION.format(call=reference_call) if reference_call else "",
         dtype=case.dtype,
         inputs=_blob(tuple(x.cpu().clone() for x in inputs)),

@@ -6,17 +6,10 @@ from __future__ import annotations
 import difflib
 import inspect
 import textwrap
-from typing import Callable
 
-import torch
 
 from ..app.family import Formula
-
-
-def function_class(function: Callable) -> type[torch.autograd.Function] | None:
-    """The autograd.Function behind ``function`` (``SomeFunction.apply``), if there is one."""
-    owner = getattr(function, "__self__", None)
-    return owner if isinstance(owner, type) and issubclass(owner, torch.autograd.Function) else None
+from ..engine.signature import function_class
 
 
 def backward_source(formula: Formula) -> str | None:

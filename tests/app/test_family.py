@@ -48,3 +48,28 @@ def test_builtin_families_come_first_in_their_modules_order():
     names = list(families())
     assert names[0] == "cosine"
     assert names.index("logsumexp") < names.index("gelu")
+
+
+def test_declare_takes_a_surrogate_and_an_order_and_knows_the_module_that_declared_it():
+    import torch
+
+    from gradient_lab.app.family import declare
+    from tests.registry import families_kept
+
+    class Reversal(torch.autograd.Function):  # a gradient reversal: -g by design
+        @staticmethod
+        def forward(ctx, x):
+            return x.view_as(x)
+
+        @staticmethod
+        def backward(ctx, g):
+            return -g
+
+    with families_kept():
+        family = declare("reversal", {"grl": Reversal}, surrogate=lambda x: 2 * x.detach() - x, order=1, correct=("grl",))
+        assert family.surrogate is not None and family.order == 1
+        assert family.module == ""  # declared inside a function: no module's import declares it again
+        problem = family.problem("grl", (torch.randn(3, 4, dtype=torch.float64),))
+        assert problem.role == "surrogate" and problem.reference is not None
+        with pytest.raises(ValueError, match="order must be 1 or 2"):
+            declare("three", {"grl": Reversal}, order=3)

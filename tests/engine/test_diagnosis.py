@@ -1,7 +1,9 @@
 """The diagnosis names why a backward is wrong: one class per zoo specimen, the gallery's own bugs
 in words, and nothing at all for a correct Function."""
 
+import numpy as np
 import pytest
+import torch
 
 from gradient_lab.app.case import Case
 from gradient_lab.engine.pipeline import compare_gradients
@@ -69,3 +71,42 @@ def test_an_empty_pattern_is_diagnosed_without_error():
     """Rows of one element: cosine is ±1 and its true Jacobian all zeros (found by the fuzz tests)."""
     report = views.gradient_report(Case(shape=(8, 1)), "tutorial")
     assert report.jacobian.coverage.structural == 0 and report.diagnosis is not None
+
+
+# ---- stories that must hold at a second point (issue #24) ---------------------------------------------
+
+from gradient_lab.testing import check_gradients  # noqa: E402
+from tests import shipped  # noqa: E402
+
+
+def test_errors_at_a_transforms_boundary_columns_are_told_by_position_not_by_a_band_of_values():
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    report = check_gradients(shipped.PaddedDifferences, x)
+    (finding,) = [f for f in report.diagnosis.findings if f.kind in ("position", "region")]
+    assert finding.kind == "position" and "the boundary along dim 1" in finding.words
+    assert "x[:, 0] and x[:, 7]" in finding.words and "second point" in finding.evidence
+
+
+def test_a_region_is_named_only_once_a_second_point_confirms_it():
+    specimen = next(s for s in zoo.WRONG if s.name == "region")
+    report = compare_gradients(specimen.family(True), "f", specimen.inputs())
+    region = next(f for f in report.diagnosis.findings if f.kind == "region")
+    assert "second point" in region.evidence and region.predicts is None  # held to it, and kept as plain data
+
+
+def test_a_story_that_a_second_point_does_not_bear_out_is_dropped():
+    from gradient_lab.engine.diagnosis import Diagnosis, Finding, confirm
+
+    band = Finding("region", "wrong only where 1.1 < |x| < 2", "", (0, lambda values: (np.abs(values) > 1.1) & (np.abs(values) < 2)))
+    boundary = np.array([True, False, False, True])
+    elsewhere = (np.array([0.0, 1.5, 1.6, 0.1]), boundary)  # the band predicts the middle two; the boundary is wrong
+    assert confirm(Diagnosis((band,)), lambda i: elsewhere).findings == ()
+    assert confirm(Diagnosis((band,)), lambda i: (np.array([1.5, 0.0, 0.0, 1.7]), boundary)).findings[0].kind == "region"
+    assert confirm(Diagnosis((band,)), lambda i: None).findings[0].kind == "region"  # the second point cannot tell: kept
+
+
+def test_a_gradient_pytorch_summed_to_fit_is_named_before_the_factor_it_makes():
+    x = torch.randn(2, 8, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    report = check_gradients(shipped.SquareSummedShape, x, reference=lambda x: x * x)
+    kinds = [f.kind for f in report.diagnosis.findings]
+    assert kinds[0] == "summed shape" and "(2, 2, 8)" in report.diagnosis.findings[0].words and "factor" in kinds

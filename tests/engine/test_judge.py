@@ -68,7 +68,7 @@ def test_every_grad_output_bug_of_the_issue_fails_for_a_users_module():
         specimen = next(s for s in zoo.WRONG if s.name == name)
         report = compare_gradients(specimen.family(with_reference=False), "f", specimen.inputs())
         assert not report.verdict.passed, name
-        assert "upstream gradient" in report.verdict.summary and "grad_output" in report.verdict.summary, report.verdict.summary
+        assert specimen.diagnosis in [f.kind for f in report.diagnosis.findings], (name, report.verdict.summary)
 
 
 def test_coverage_is_said_in_numbers_for_cosine():
@@ -146,3 +146,40 @@ def test_a_small_added_term_is_caught_by_the_zero_upstream():
     specimen = next(s for s in zoo.WRONG if s.name == "added constant")
     report = compare_gradients(specimen.family(True), "f", specimen.inputs())
     assert "for a zero upstream gradient" in report.verdict.summary and "not multiplied by grad_output" in report.verdict.summary
+
+
+# ---- which truth (issue #24) -----------------------------------------------------------------------
+
+from tests import shipped  # noqa: E402
+
+X48 = torch.randn(4, 8, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+
+
+def test_a_reference_whose_gradient_is_not_forwards_derivative_is_no_truth_and_a_backward_that_follows_it_is_told_to_declare_it():
+    from gradient_lab.testing import check_gradients
+
+    report = check_gradients(shipped.StraightThroughRound, X48, reference=shipped.straight_through_surrogate)
+    coverage = report.jacobian.coverage
+    assert coverage.unreproduced == ("x",) and coverage.truths == ("numerical",) and not report.verdict.passed
+    assert report.jacobian.follows_foreign == ("x",) and report.diagnosis.findings[0].kind == "surrogate"
+    assert "declare" in report.diagnosis.findings[0].words and "surrogate=" in report.diagnosis.findings[0].words
+
+
+def test_a_backward_on_a_locally_constant_forward_names_the_entry_where_the_truth_is_zero_and_not_mixing():
+    from gradient_lab.testing import check_gradients
+
+    report = check_gradients(shipped.StraightThroughRound, X48)  # no reference: finite differences, all 0
+    off = report.jacobian.off_pattern
+    assert report.jacobian.coverage.structural == 0 and report.jacobian.linear
+    assert off is not None and off.row == off.col and off.value == pytest.approx(1.0)  # ∂round(x)ᵢ/∂xᵢ given as 1
+    assert [f.kind for f in report.diagnosis.findings] == ["surrogate"]
+    assert "every one zero in the truth" in report.verdict.coverage
+
+
+def test_a_backward_that_is_not_linear_in_grad_output_is_said_so():
+    from gradient_lab.testing import check_gradients
+
+    specimen = next(s for s in zoo.WRONG if s.name == "grad_output abs")
+    report = check_gradients(specimen.function, specimen.inputs(), reference=specimen.reference)
+    assert not report.jacobian.linear and report.jacobian.off_pattern is None
+    assert "b(u₁ + u₂) ≠ b(u₁) + b(u₂)" in report.verdict.finding

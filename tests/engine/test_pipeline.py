@@ -93,9 +93,10 @@ def test_forward_reaching_beyond_the_reference_pattern_still_gives_right_numbers
     family = reaching_family()
     report = compare_gradients(family, "reaching", family.build_inputs((3, 4)))
     c = report.input("x")
-    assert "did not reproduce differences along random directions" in c.plan.source
     assert c.errors[("analytic", "numerical")].max_abs < 1e-8
-    assert report.forward_max_error > 0.01  # its forward is not the reference's
+    assert report.forward_max_error > 0.01  # its forward is not the reference's: that is the finding, and the
+    assert report.verdict.outcome == "fail" and report.verdict.forward and not report.verdict.finding  # backward is right for its own
+    assert report.jacobian.coverage.truths == ("numerical",)
 
 
 def test_error_maps_and_relative_errors():
@@ -228,3 +229,58 @@ def test_the_taylor_test_falls_like_h_squared_for_a_right_backward_and_plateaus_
     assert right.taylor[1] / right.taylor[0] == pytest.approx(1e-2, rel=0.5)  # h ten times smaller: error a hundred times
     assert right.plateau() < 1e-6 < 1e-2 < wrong.plateau()
     assert wrong.taylor[2] == pytest.approx(wrong.taylor[1], rel=0.05)  # flat at the size of the bug
+
+
+# ---- Functions as they ship (issue #24) --------------------------------------------------------------
+
+from gradient_lab.testing import check_gradients  # noqa: E402
+from tests import shipped  # noqa: E402
+
+X48 = torch.randn(4, 8, generator=torch.Generator().manual_seed(5), dtype=F64)
+
+
+def test_a_forward_that_differs_from_its_reference_is_the_finding_and_its_backward_is_judged_by_its_own_forward():
+    report = check_gradients(lambda x: shipped.SumIgnoresDim.apply(x, 1), X48, reference=lambda x: x.sum(1))
+    assert report.verdict.outcome == "fail" and "shape (8,)" in report.verdict.forward and not report.verdict.finding
+    assert report.jacobian.passed and report.jacobian.coverage.truths == ("numerical",)  # right for its own forward
+    assert report.forward_max_error == math.inf  # shapes that differ
+
+
+def test_a_backward_that_raises_only_when_one_input_needs_a_gradient_is_the_formulas_failure_with_its_condition():
+    for shape in ((2, 3), (16, 32)):  # small enough for the drawn Jacobians, and not
+        x = torch.randn(shape, dtype=F64)
+        report = check_gradients(shipped.ProductNeedsBoth, (x, x.flip(0)))
+        assert report.failure.stage == "backward" and report.failure.kind == "UnboundLocalError"
+        assert report.failure.when == "only x2 requires a gradient" and not report.verdict.passed
+
+
+def test_a_backward_that_edits_its_saved_tensor_fails_when_called_again_on_the_graph_and_never_crashes():
+    report = check_gradients(shipped.ExpEditsSaved, X48)
+    assert report.failure.stage == "backward" and "inplace" in report.failure.message
+    assert "retain_graph" in report.failure.when and report.verdict.outcome == "fail"
+
+
+@pytest.mark.parametrize("function, surrogate", [(shipped.StraightThroughRound, shipped.straight_through_surrogate),
+                                                 (shipped.GradientReversal, shipped.reversal_surrogate)])
+def test_a_declared_surrogate_is_the_only_truth_and_the_verdict_says_so(function, surrogate):
+    report = check_gradients(function, X48, surrogate=surrogate)
+    assert report.verdict.passed, report.verdict.summary
+    assert report.jacobian.coverage.role == "surrogate" and report.jacobian.coverage.truths == ("reference",)
+    assert "declared surrogate, the intended gradient, not the derivative of forward" in report.verdict.summary
+    (c,) = report.inputs  # the maps still show where the intended gradient and forward's derivative part
+    assert c.errors[("analytic", "numerical")].max_abs > 0.4
+    wrong = check_gradients(function, X48, surrogate=lambda x: 2 * surrogate(x) - surrogate(x).detach())  # twice the intended
+    assert not wrong.verdict.passed and "by the surrogate truth" in wrong.verdict.finding
+
+
+def test_a_surrogates_forward_must_be_the_formulas():
+    report = check_gradients(shipped.StraightThroughRound, X48, surrogate=lambda x: x)
+    assert report.verdict.outcome == "fail" and report.verdict.forward.startswith("the formula's forward differs from the declared surrogate's")
+
+
+def test_once_differentiable_is_not_differentiable_twice_by_design_and_order_1_leaves_the_second_order_unchecked():
+    x = X48.clone()
+    report = check_gradients(shipped.SoftplusOnce, x, reference=torch.nn.functional.softplus)
+    assert report.verdict.passed and report.second_order.outcome == "by design" and report.passed(order=2)
+    once = check_gradients(shipped.SoftplusOnce, x, reference=torch.nn.functional.softplus, order=1)
+    assert once.second_order.outcome == "not checked" and "order=1" in once.second_order.summary

@@ -161,3 +161,39 @@ def test_the_pages_views_say_a_raising_forward_is_the_formulas_not_a_bug_in_grad
             view(case, *arguments)
         assert isinstance(raised.value.error, NotImplementedError) and "'unfinished'" in str(raised.value)
     assert views.gradient_report(case, "unfinished").failure.kind == "NotImplementedError"
+
+
+def test_a_classmethod_or_setup_context_function_gets_its_params_by_position_from_forwards_signature():
+    from gradient_lab.engine.signature import forward_parameters, function_class, positional_apply
+
+    class Scaled(torch.autograd.Function):  # forward(ctx, X, dim, scale): a package's classmethod style
+        @classmethod
+        def forward(cls, ctx, X, dim, scale=2.0):
+            ctx.scale = scale
+            return scale * X.sum(dim)
+
+        @classmethod
+        def backward(cls, ctx, g):
+            return None, None, None
+
+    class Summed(torch.autograd.Function):  # the setup_context style: forward has no ctx
+        @staticmethod
+        def forward(X, dim):
+            return X.sum(dim)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            pass
+
+        @staticmethod
+        def backward(ctx, g):
+            return None, None
+
+    x = torch.ones(2, 3)
+    assert forward_parameters(Scaled) == ["X", "dim", "scale"] and forward_parameters(Summed) == ["X", "dim"]
+    assert torch.equal(positional_apply(Scaled)(x, dim=1), torch.full((2,), 6.0))  # scale's default, dim by position
+    assert torch.equal(positional_apply(Scaled)(x, scale=1.0, dim=0), torch.full((3,), 2.0))
+    assert torch.equal(positional_apply(Summed)(x, dim=0), torch.full((3,), 2.0))
+    with pytest.raises(TypeError, match="takes no param 'axis'"):
+        positional_apply(Summed)(x, axis=0)
+    assert function_class(positional_apply(Scaled)) is Scaled and function_class(Scaled.apply) is Scaled and function_class(len) is None

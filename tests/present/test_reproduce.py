@@ -27,6 +27,7 @@ from tests.registry import families_kept, restore
 
 EXAMPLE = REPOSITORY / "examples" / "my_functions.py"
 FIXTURE = REPOSITORY / "tests" / "fixtures" / "plain_functions.py"
+AS_SHIPPED = REPOSITORY / "tests" / "fixtures" / "as_shipped.py"  # a classmethod Function taking dim by position, and lambdas
 AR, AN = ("analytic", "reference"), ("analytic", "numerical")
 PERTURBED = Case(dtype="float32", seed=3, perturbation=Perturbation(noise1=0.3, norm2=2.0, align="parallel", align_angle=5.0))
 SWISH = Case(family="swish", formulas=("swish", "forgot chain rule"), shape=(4, 6), dtype="float32", seed=1)
@@ -43,6 +44,7 @@ USERS = {  # users' families: their reference is a lambda (swish) or importable 
     "swish wrong": (SWISH, "forgot chain rule"),
     "cube": (CUBE, "right"),
     "cube wrong": (CUBE, "scale forgotten"),
+    **{name: (Case(family="as shipped", formulas=(name,), shape=(3, 5)), name) for name in ("classmethod", "lambda", "lambda, no projection")},
 }
 CASES = {**BUILTIN, **USERS}
 
@@ -54,6 +56,7 @@ def users(tmp_path_factory):
     families declared here do not outlive this module's tests."""
     before = dict(families())
     assert plugins.load(str(EXAMPLE)).families == ("swish", "clamp", "row max", "cross entropy")
+    assert plugins.load(str(AS_SHIPPED)).families == ("as shipped", "straight through", "softplus once")
     copy = tmp_path_factory.mktemp("user") / "plain-functions.py"
     shutil.copy(FIXTURE, copy)
     spec = importlib.util.spec_from_file_location("gradient_lab_user_plain_functions_test", copy)  # as gradient_lab.app.plugins names it
@@ -110,9 +113,15 @@ def test_an_unknown_or_unimportable_formula_is_said_in_words():
     with pytest.raises(LabError, match="no formula 'nope'"):
         python_snippet(Case(), "nope")
     with families_kept():
-        declare("lambda only", {"double": lambda x: 2 * x})
-        with pytest.raises(LabError, match="cannot be imported by name"):
+        declare("lambda only", {"double": lambda x: 2 * x})  # inside a function: no module's import declares it again
+        with pytest.raises(LabError, match="cannot be imported by name, and its family is not declared at the top level"):
             python_snippet(Case(family="lambda only", formulas=("double",)), "double")
+
+
+def test_a_lambda_is_taken_from_its_family_and_a_classmethods_params_passed_by_position(users):
+    lambda_script = python_snippet(Case(family="as shipped", formulas=("lambda",)), "lambda")
+    assert "get_family('as shipped').formulas['lambda'].function(*xs, **params)" in lambda_script
+    assert "RowSoftmax.apply(*xs, params['dim'])" in python_snippet(Case(family="as shipped", formulas=("classmethod",)), "classmethod")
 
 
 STANDALONE = ("tutorial", "swish")  # run by a python of their own; the other scripts in this process
@@ -229,6 +238,17 @@ def test_without_an_importable_reference_the_script_compares_with_the_engines_fi
     assert float(printed(run.stdout, "cosine(analytic, numerical)")) == pytest.approx(cosine, rel=1e-9)
     assert "x: shape (4, 6), torch.float32, cpu" in run.stdout
     assert printed(run.stdout, "gradcheck (float64, fast_mode=False)") == str(report.verdict.passed) == str(formula == "swish")
+
+
+@pytest.mark.parametrize("name", ["classmethod", "lambda", "lambda, no projection"])
+def test_functions_as_shipped_reproduce_the_engines_numbers(runs, name):
+    """A classmethod Function given dim by position, and lambdas taken from their family's module."""
+    case, formula, run = runs[name]
+    assert run.returncode == 0, run.stderr
+    report = compare_case(case, formula)
+    (c,) = report.inputs
+    assert float(printed(run.stdout, "X: max |analytic - numerical|")) == pytest.approx(c.errors[AN].max_abs, rel=1e-6, abs=1e-12)
+    assert printed(run.stdout, "gradcheck (float64, fast_mode=False)") == str(report.verdict.passed) == str(formula != "lambda, no projection")
 
 
 def test_the_tutorial_is_flipped_and_the_corrected_formula_is_exact(runs):

@@ -3,7 +3,8 @@
 import torch
 
 from gradient_lab.app.family import Formula, get_family
-from gradient_lab.present.source import backward_diff, backward_source, function_class
+from gradient_lab.engine.signature import function_class
+from gradient_lab.present.source import backward_diff, backward_source
 from tests import zoo
 
 
