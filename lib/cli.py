@@ -38,6 +38,7 @@ from xml.etree import ElementTree
 from .app import plugins, views
 from .app.case import Case
 from .engine.report import GradientReport
+from .engine.second_order import FAILING
 from .contract.conformance import Check
 from .errors import LabError
 from .present.report_data import summary
@@ -47,7 +48,6 @@ from .testing import failure_message
 WIDTH = 100
 FORMATS = ("text", "json", "junit")
 DTYPES = ("float64", "float32", "float16", "bfloat16")
-SECOND_ORDER_WRONG = ("fail", "not differentiable")  # the second order's outcomes that fail a formula (``SecondOrderVerdict.failed``)
 
 
 @dataclass
@@ -70,7 +70,7 @@ class FormulaResult:
 
     @property
     def gradients_wrong(self) -> bool:
-        return self.outcome != "pass" or self.second_order in SECOND_ORDER_WRONG
+        return self.outcome != "pass" or self.second_order in FAILING
 
     @property
     def passed(self) -> bool:

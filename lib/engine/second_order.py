@@ -44,6 +44,7 @@ from .tolerances import Tolerances
 
 Tensor = torch.Tensor
 OUTCOMES = ("pass", "fail", "not differentiable", "by design", "not checked")
+FAILING = ("fail", "not differentiable")  # the outcomes that fail a formula: "by design" and "not checked" do not
 LEADS = {"pass": "passes", "fail": "fails", "by design": "not differentiable twice by design", "not checked": "not checked"}
 LABELS = ("the loss's", "the random uᵀy's")  # the two products, in order
 ONCE = "once_differentiable"  # in the error a backward marked with it raises when differentiated
@@ -63,7 +64,7 @@ class SecondOrderVerdict:
     @property
     def failed(self) -> bool:
         """Wrong or missing where it was asked for: "by design" and "not checked" are neither pass nor failure."""
-        return self.outcome in ("fail", "not differentiable")
+        return self.outcome in FAILING
 
     @property
     def summary(self) -> str:
