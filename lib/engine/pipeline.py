@@ -449,7 +449,7 @@ def check(
     if e.failure is None:
         # the reference is the second order's truth only where it is the first order's
         second = check_second_order(run, None if jacobian.coverage.unreproduced else reference, inputs, problem.loss, tolerances,
-                                    first_order_passed=jacobian.passed, seed=seed, names=names, declared_order=order)
+                                    first_order_passed=jacobian.passed, seed=seed, names=names, declared_order=order, role=problem.role)
     comparisons = _maps(problem, e, jacobian, tolerances, jacobian_limit, budget_bytes)
     trusted = [reference is not None and jacobian is not None and name not in jacobian.coverage.unreproduced for name in names]
     drawn = None if e.failure else _drawn_gradient_finding(comparisons, tolerances, trusted, jacobian.second_looked,

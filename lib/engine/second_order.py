@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from .evaluate import ElementLook
-from .judge import compare_entries
+from .judge import TRUTH_WORDS, compare_entries
 from .signature import name_element
 from .tolerances import Tolerances
 
@@ -169,9 +169,11 @@ def check_second_order(
     seed: int = 0,
     names: Sequence[str] | None = None,
     declared_order: int = 2,
+    role: str = "reference",
 ) -> SecondOrderVerdict:
     """The formula's double backward against the truth, by two Hessian-vector products; with
-    ``declared_order`` 1 (differentiable once, as its author says), nothing is run."""
+    ``declared_order`` 1 (differentiable once, as its author says), nothing is run. ``role``: what
+    the reference is (``judge.ROLES``), for the words."""
     if declared_order < 1:
         raise ValueError(f"declared_order must be 1 or more, not {declared_order!r}")
     if declared_order == 1:
@@ -208,7 +210,7 @@ def check_second_order(
     what = "2 Hessian-vector products (the loss's and a random uᵀy's, along random directions)"
     mine, own = kept["double backward"], looks(function)
     if reference is not None:
-        truth, truth_name, look = kept["reference"], "autograd through the reference", looks(reference)
+        truth, truth_name, look = kept["reference"], TRUTH_WORDS[role], looks(reference)
     elif first_order_passed:
         truth, truth_name, look = kept["differences of its gradient"], "finite differences of its gradient (first order passed)", own
     else:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import streamlit as st
 
 BADGES = {"pass": ":green-badge[pass]", "fail": ":red-badge[fail]", "no verdict": ":orange-badge[no verdict]",
-          "not differentiable": ":red-badge[not differentiable]", "not checked": ":gray-badge[not checked]"}
+          "not differentiable": ":red-badge[not differentiable]", "not checked": ":gray-badge[not checked]",
+          "by design": ":blue-badge[by design]"}
 
 
 def badge(outcome: str) -> str:
@@ -23,6 +24,8 @@ def verdict_box(text: str, outcome: str) -> None:
         st.success(text, icon=":material/check_circle:")
     elif outcome in ("no verdict", "not checked"):
         st.warning(text, icon=":material/help:")
+    elif outcome == "by design":  # a fact the author chose (once differentiable), not a failure
+        st.info(text, icon=":material/info:")
     else:
         st.error(text, icon=":material/cancel:")
 
