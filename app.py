@@ -1,10 +1,12 @@
 """Gradient Lab: home. What the app is, the verdict for the current case, and the specimen's bugs."""
 
+import dataclasses
+
 import streamlit as st
 
 from gradient_lab import ui
 from gradient_lab.app import views
-from gradient_lab.present.figures.check import verdict_rows
+from gradient_lab.present.figures.check import table_rows, verdict_rows
 from gradient_lab.present.source import backward_diff, backward_source
 
 case = ui.page_setup(
@@ -17,28 +19,35 @@ case = ui.page_setup(
 
 # whatever fails below is said in words on the page, never as a traceback
 with ui.guard("This page"):
+    ui.start_here()
     st.subheader("Verdict for this case")
-    reports = ui.compute(views.verdicts, case, what="Checking every formula…")
-    if reports:
-        rows = verdict_rows(reports)
-        error = st.column_config.NumberColumn(format="%.2e")
-        st.dataframe(rows, hide_index=True, width="stretch", key="verdicts", column_config={
-            "max |analytic − reference|": error,
-            "max |analytic − numerical|": error,
-            "cosine to reference": st.column_config.NumberColumn(help="−1: the gradient is flipped; 1: it points the right way", format="%.4f"),
-            "entries checked one by one": st.column_config.NumberColumn(help="Jacobian entries compared one by one; random probes cover the rest"),
-            "evaluations": st.column_config.NumberColumn("forward evaluations", help="spent on finite differences"),
-        })
+    formulas = ui.compute(views.chosen_formulas, case, what="Reading the formulas…") or ()
+    slots = ui.card_slots(formulas)
+    once = dataclasses.replace(case, order=1)
+    # each card as soon as its first order is known; then the second order completes them, in place
+    first = [ui.compute(views.gradient_report, once, formula, what=f"Checking {formula}…") for formula in formulas]
+    for formula, report in zip(formulas, first):
+        if report is not None:
+            with slots[formula].container():
+                ui.verdict_card(report, key=f"first_{formula}")
+    reports = None
+    if first and all(r is not None for r in first):
+        reports = first if case.declared_order() == 1 else ui.compute(views.verdicts, case, what="Checking the second order…")
+    if reports is not None and reports is not first:
         for report in reports:
-            st.markdown(f"{ui.badge(report.verdict.outcome)} **{report.formula}**: {ui.sentence(report.verdict.text)}  \n"
-                        + (f"{ui.badge(report.second_order.outcome)} second order: {ui.sentence(report.second_order.text)}" if report.second_order else ""))
+            with slots[report.formula].container():
+                ui.verdict_card(report, key=report.formula)
+    if reports:
         broken = ui.compute(views.contract_problems, case, what="Checking each Function's contract…")
         for formula, rules in (broken or {}).items():
-            st.markdown(f":red-badge[contract] **{formula}** breaks the Function contract: "
+            st.markdown(f":red-badge[:material/close: contract] **{formula}** breaks the Function contract: "
                         f"{'; '.join(dict.fromkeys(b.rule for b in rules))}. See the Anatomy page.")
         if case.perturbation.active:
             st.caption(f"Perturbations: {case.perturbation.describe(case.get_family().input_names)}")
-        ui.download("Download the verdicts (CSV)", rows, "verdicts.csv", key="download_verdicts")
+        rows = verdict_rows(reports)
+        with st.expander("Every formula's numbers, as a table"):
+            st.table(table_rows(rows), border="horizontal")  # a plain table: light for a page opened first, and it wraps
+            ui.download("Download the verdicts (CSV)", rows, "verdicts.csv", key="download_verdicts")
 
     with ui.guard("Showing the formulas"):
         family = case.get_family()

@@ -45,12 +45,7 @@ with ui.guard("This page"):
     st.subheader("Verdict")
     report = ui.compute(views.gradient_report, case, formula, what=f"Checking {formula}…")
     if report is not None:
-        first, second = st.columns(2)
-        with first:
-            ui.verdict_box(f"**{formula}**, first order, {report.verdict.summary}.", report.verdict.outcome)
-        with second:
-            if report.second_order is not None:
-                ui.verdict_box(f"**Second order** (double backward), {report.second_order.summary}.", report.second_order.outcome)
+        ui.verdict_card(report, key="check", wide=True)
         cosine, loss, evaluations, forward = st.columns(4)
         cosine.metric("Cosine to reference", shown(report.cosine, ".4f"), help="1: the gradient points the right way; −1: it is flipped.")
         loss.metric("Loss", shown(report.loss, ".6g"), help="The family's loss at the reference's output.")

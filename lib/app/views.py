@@ -106,6 +106,11 @@ def compare_case(case: Case, formula: str, inputs=None, **options) -> GradientRe
     return _check(case, problem, **options)
 
 
+def chosen_formulas(case: Case) -> tuple[str, ...]:
+    """The case's formulas, each one the family has (a LabError that names the others if not)."""
+    return _formulas(case)
+
+
 def gradient_report(case: Case, formula: str) -> GradientReport:
     return _report(case, formula)
 

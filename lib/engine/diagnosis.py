@@ -27,6 +27,7 @@ class Finding:
     kind: str  # "sign", "factor", "row factor", "grad_output ignored", ...
     words: str  # the diagnosis, in plain words
     evidence: str  # the numbers behind it
+    headline: str = ""  # the words cut to a few, for a verdict's headline ("" where ``words`` are short already)
     # where a story is about some elements of one input: (its index, which of its elements it
     # predicts wrong from the input's flat values), for ``confirm`` to test at a second point
     predicts: tuple[int, Callable[[np.ndarray], np.ndarray]] | None = field(default=None, compare=False, repr=False)
@@ -40,6 +41,11 @@ class Diagnosis:
     def words(self) -> str:
         """Every finding's words, joined: what a verdict line says."""
         return "; ".join(f.words for f in self.findings)
+
+    @property
+    def headline(self) -> str:
+        """The findings in a few words each, joined by " · ": what a verdict card leads with."""
+        return " · ".join(dict.fromkeys(f.headline or f.words for f in self.findings))
 
 
 def _truth(values: dict[str, np.ndarray]) -> np.ndarray:
@@ -71,14 +77,15 @@ def diagnose(verdict: JacobianVerdict, inputs: Sequence[np.ndarray], tolerances:
     if verdict.passed:
         if second_order_wrong:
             findings.append(Finding("double backward", "right to first order, wrong in double backward",
-                                    "every Jacobian entry agrees; the Hessian-vector products do not"))
+                                    "every Jacobian entry agrees; the Hessian-vector products do not", "wrong in double backward"))
         return Diagnosis(tuple(findings))
     for index, shape in summed:
         e = verdict.entries[index] if index < len(verdict.entries) else None
         name, own = (e.name, tuple(e.shape)) if e is not None else (f"input {index + 1}", tuple(np.shape(inputs[index])))
         findings.append(Finding("summed shape", f"the backward returns a gradient of shape {shape} for {name}, whose shape is {own}: "
                                 "PyTorch sums it to fit without a word",
-                                f"the Function's backward, called as autograd calls it, returns {shape} for {name} {own}"))
+                                f"the Function's backward, called as autograd calls it, returns {shape} for {name} {own}",
+                                f"gradient of {name} returned as {shape}, summed by PyTorch"))
     a, t = _stack(verdict)
     finite = np.isfinite(a) & np.isfinite(t)
     tests = (_follows_foreign, _not_finite, _sign_or_factor, _row_factor, _row_factor_and_own_term, _transposed, _swapped, _reduction_dim, _region)
@@ -100,7 +107,7 @@ def diagnose_failure(failure, inputs: Sequence) -> Diagnosis | None:
     shapes_mismatch = failure.stage == "backward" and failure.kind == "RuntimeError" and "size of tensor" in failure.message
     if shapes_mismatch and any(x.dim() >= 3 for x in inputs):
         return Diagnosis((Finding("reduction dim", "the backward reduces over the wrong dim: its shapes do not match a 3-D input's",
-                                  str(failure)),))
+                                  str(failure), "reduces over the wrong dim"),))
     return None
 
 
@@ -114,7 +121,8 @@ def _follows_foreign(verdict, a, t, finite, inputs, tolerances) -> Finding | Non
     return Finding("surrogate", "the backward is the reference's gradient, which is not the derivative of forward: if it is the "
                    "intended gradient (a straight-through estimator, a gradient reversal), declare the reference as surrogate=",
                    f"for {' and '.join(verdict.follows_foreign)} the formula's Jacobian entries equal autograd through the "
-                   "reference, whose Jacobian does not reproduce finite differences of the forward along random directions")
+                   "reference, whose Jacobian does not reproduce finite differences of the forward along random directions",
+                   "follows a reference that is not forward's derivative")
 
 
 def _not_finite(verdict, a, t, finite, inputs, tolerances) -> Finding | None:
@@ -122,7 +130,8 @@ def _not_finite(verdict, a, t, finite, inputs, tolerances) -> Finding | None:
     if not bad.any():
         return None
     return Finding("not finite", f"not finite at {int(bad.sum()):,} Jacobian entries where the truth is finite",
-                   f"{int(bad.sum()):,} of {a.size:,} compared entries are NaN or Inf in the formula's backward only")
+                   f"{int(bad.sum()):,} of {a.size:,} compared entries are NaN or Inf in the formula's backward only",
+                   "not finite where the truth is")
 
 
 def _probes_explained(verdict, scale_of_entry, tolerances: Tolerances) -> bool:
@@ -177,7 +186,8 @@ def _row_factor(verdict, a, t, finite, inputs, tolerances) -> Finding | None:
     sign = " and the sign flipped" if np.all(values < 0) else ""
     follows = _what_it_follows(np.abs(values), known, verdict, inputs)
     words = f"off by a factor that differs from row to row{sign}" + (f": {follows}" if follows else "")
-    return Finding("row factor", words, f"per output row, analytic = c_r × truth; c_r from {values.min():.4g} to {values.max():.4g}")
+    return Finding("row factor", words, f"per output row, analytic = c_r × truth; c_r from {values.min():.4g} to {values.max():.4g}",
+                   " · ".join(filter(None, ["sign flipped" if sign else "", _missing(follows) or "off by a factor per row"])))
 
 
 def _row_factor_and_own_term(verdict, a, t, finite, inputs, tolerances) -> Finding | None:
@@ -221,7 +231,14 @@ def _row_factor_and_own_term(verdict, a, t, finite, inputs, tolerances) -> Findi
     names = " and ".join(e.name for e in entries)
     words = (f"{sign}off by a factor per row" + (f", {follows}" if follows else "")
              + f"; and an extra term along each input's own row ({names})")
-    return Finding("row factor and term", words, f"per output row r, analytic = c_r × truth + d_r × input row; c_r from {c.min():.4g} to {c.max():.4g}")
+    return Finding("row factor and term", words, f"per output row r, analytic = c_r × truth + d_r × input row; c_r from {c.min():.4g} to {c.max():.4g}",
+                   " · ".join(filter(None, ["sign flipped" if sign else "", _missing(follows) or "off by a factor per row",
+                                            "extra term along each row"])))
+
+
+def _missing(follows: str) -> str:
+    """"missing 1/(‖x1‖·‖x2‖)" from what a factor per row follows, where it names one."""
+    return follows.split(", a ", 1)[1] if ", a missing " in follows else ""
 
 
 def _what_it_follows(factors: np.ndarray, known: np.ndarray, verdict, inputs) -> str:
@@ -281,7 +298,8 @@ def _transposed(verdict, a, t, finite, inputs, tolerances) -> Finding | None:
         if not np.any(swapped[np.isfinite(swapped)] != 0):
             continue
         if not _explains(e.values["analytic"], truth, tolerances) and _explains(e.values["analytic"], swapped, tolerances):
-            return Finding("transposed", f"the Jacobian of {e.name} is transposed", f"analytic entry (r, c) = true entry (c, r) for {e.name}")
+            return Finding("transposed", f"the Jacobian of {e.name} is transposed", f"analytic entry (r, c) = true entry (c, r) for {e.name}",
+                           f"{e.name}'s Jacobian transposed")
     return None
 
 
@@ -297,7 +315,8 @@ def _swapped(verdict, a, t, finite, inputs, tolerances) -> Finding | None:
             if all(p[truth][j] is not None and _explains(p["analytic"][i], p[truth][j], tolerances)
                    and _explains(p["analytic"][j], p[truth][i], tolerances) for p in products):
                 return Finding("swapped", f"the gradients of {entries[i].name} and {entries[j].name} are swapped",
-                               f"for every random upstream, the backward's {entries[i].name} is the true {entries[j].name} and back")
+                               f"for every random upstream, the backward's {entries[i].name} is the true {entries[j].name} and back",
+                               f"gradients of {entries[i].name} and {entries[j].name} swapped")
     return None
 
 
@@ -325,7 +344,8 @@ def _reduction_dim(verdict, a, t, finite, inputs, tolerances) -> Finding | None:
             for q in range(len(e.shape)):
                 if p != q and _splits(log_ratio, p, q):
                     return Finding("reduction dim", f"reduces over the wrong dim: dim {q} of {e.name} instead of dim {p}",
-                                   f"analytic / truth = f(without dim {p}) / g(without dim {q}) at every element of {e.name}")
+                                   f"analytic / truth = f(without dim {p}) / g(without dim {q}) at every element of {e.name}",
+                                   f"reduces over dim {q}, not dim {p}")
     return None
 
 
@@ -357,22 +377,23 @@ def _region(verdict, a, t, finite, inputs, tolerances) -> Finding | None:
         shape = tuple(e.shape) if e.shape else (1,)
         placed = _position(bad_cols.reshape(shape), e.name)
         if placed:
-            words, where = placed
-            return Finding("position", f"wrong only at {words}", evidence, (i, lambda _values, where=where: where))
+            words, where, short = placed
+            return Finding("position", f"wrong only at {words}", evidence, f"wrong only at {short}", (i, lambda _values, where=where: where))
         flat = np.asarray(x, dtype=np.float64).reshape(-1)
         found = _condition(flat, bad_cols, e.name)
         if found:
             words, holds = found
-            return Finding("region", f"wrong only where {words}", evidence, (i, holds))
+            return Finding("region", f"wrong only where {words}", evidence, "", (i, holds))
     return None
 
 
-def _position(bad: np.ndarray, name: str) -> tuple[str, np.ndarray] | None:
+def _position(bad: np.ndarray, name: str) -> tuple[str, np.ndarray, str] | None:
     """The wrong elements as whole slices along one dim (its first or last positions, or given
-    ones), or as one element: (words, the mask, flat)."""
+    ones), or as one element: (words, the mask, flat, and the words in short)."""
     if bad.sum() == 1:
         index = tuple(int(i) for i in np.argwhere(bad)[0])
-        return f"{name}[{', '.join(map(str, index))}]", bad.reshape(-1).copy()
+        at = f"{name}[{', '.join(map(str, index))}]"
+        return at, bad.reshape(-1).copy(), at
     for d, n in enumerate(bad.shape):
         positions = np.flatnonzero(bad.any(axis=tuple(k for k in range(bad.ndim) if k != d)))
         if positions.size == n or positions.size > max(n // 2, 1):
@@ -385,7 +406,8 @@ def _position(bad: np.ndarray, name: str) -> tuple[str, np.ndarray] | None:
         index = lambda p, d=d: ", ".join(str(p) if k == d else ":" for k in range(bad.ndim))  # noqa: E731
         shown = " and ".join(f"{name}[{index(int(p))}]" for p in positions[:4]) + ("…" if positions.size > 4 else "")
         edge = np.all((positions < positions.size) | (positions >= n - positions.size))  # packed against the ends
-        return shown + (f", the boundary along dim {d}" if edge else f", along dim {d}"), whole.reshape(-1).copy()
+        short = f"{name}'s boundary along dim {d}" if edge else f"{positions.size} slices of {name} along dim {d}"
+        return shown + (f", the boundary along dim {d}" if edge else f", along dim {d}"), whole.reshape(-1).copy(), short
     return None
 
 
@@ -471,7 +493,8 @@ def _upstream(verdict, tolerances, others: Sequence[Finding] = ()) -> list[Findi
     zero = np.concatenate(verdict.zero) if verdict.zero else np.zeros(0)
     if zero.size and np.any(np.isfinite(zero) & (zero != 0)):
         found.append(Finding("added term", "a term that does not depend on grad_output is added",
-                             f"for a zero upstream gradient the backward returns up to {np.nanmax(np.abs(zero)):.3g}, not 0"))
+                             f"for a zero upstream gradient the backward returns up to {np.nanmax(np.abs(zero)):.3g}, not 0",
+                             "adds a term without grad_output"))
     if found or others:
         return found
     if not verdict.linear:
@@ -482,7 +505,7 @@ def _upstream(verdict, tolerances, others: Sequence[Finding] = ()) -> list[Findi
         return [Finding("surrogate", "the true Jacobian is zero at every entry here (a locally constant forward, such as round or sign), "
                         "yet the backward passes a gradient: if it is an intended surrogate (straight-through), declare it with surrogate=",
                         f"the formula's backward has ∂out / ∂{off.input} entries of up to {abs(off.value):.3g} where finite differences "
-                        "of its forward are 0")]
+                        "of its forward are 0", "a gradient where forward is flat: a surrogate?")]
     entries = [e for e in verdict.entries if e.rows.size]
     entries_right = all(not (compare_entries(e.values["analytic"], {"truth": _truth(e.values)}, tolerances).excess > 0).any()
                         for e in entries)
@@ -510,7 +533,7 @@ def _rolled(verdict, tolerances) -> Finding | None:
                 return True
             if all(rolled_matches(p) for p in verdict.probes):
                 return Finding("grad_output rolled", f"grad_output permuted across outputs (rolled by {shift} along output dim {axis})",
-                               "for every random upstream u, the backward gives the true gradient for u rolled")
+                               "for every random upstream u, the backward gives the true gradient for u rolled", "grad_output rolled across outputs")
     return None
 
 
@@ -555,5 +578,6 @@ def _rank_one_term(verdict, tolerances) -> Finding | None:
             ranks.append(s[1] <= 1e-8 * max(s[0], 1e-300) and s[0] > tolerances.atol)
         if ranks and all(ranks):
             return Finding("rank-one term", "a term of rank one per block of outputs is missing or extra (a projection such as −y yᵀ)",
-                           f"analytic − truth has rank 1 in each of the {len(ranks)} blocks of {e.name}'s Jacobian")
+                           f"analytic − truth has rank 1 in each of the {len(ranks)} blocks of {e.name}'s Jacobian",
+                           "a rank-one term missing or extra (−y yᵀ?)")
     return None

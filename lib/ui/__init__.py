@@ -13,9 +13,11 @@ import torch
 torch.set_num_threads(1)
 
 from .compute import compute, guard  # noqa: E402 - after set_num_threads, before anything of torch's runs
+from .cards import card_slots, verdict_card  # noqa: E402
 from .downloads import download  # noqa: E402
+from .guide import start_here  # noqa: E402
 from .planes import plane_controls  # noqa: E402
-from .show import badge, chart, sentence, verdict_box  # noqa: E402
+from .show import badge, chart, sentence  # noqa: E402
 from .sidebar import URL, page_setup  # noqa: E402
 
-__all__ = ["URL", "badge", "chart", "compute", "download", "guard", "page_setup", "plane_controls", "sentence", "verdict_box"]
+__all__ = ["URL", "badge", "card_slots", "chart", "compute", "download", "guard", "page_setup", "plane_controls", "sentence", "start_here", "verdict_card"]

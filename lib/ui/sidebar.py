@@ -17,10 +17,12 @@ from ..engine.pipeline import UPSTREAMS
 from ..app.devices import DEVICES, device_problem
 from ..app.family import Family, families
 from ..explore.perturb import ALIGNMENTS, INJECTIONS, Perturbation
+from ..present.guide import PRESENT
 
 MAX_ROWS, MAX_FEATURES, MAX_DEPTH = 4096, 4096, 64
 URL = "query-params"
-MAX_ROWS, MAX_FEATURES, MAX_DEPTH = 4096, 4096, 64
+# the presentation setting: larger text everywhere, for a room to read from the back
+PRESENTATION_STYLE = "<style>html { font-size: 20px; } [data-testid='stMarkdownContainer'] p { font-size: 1.15rem; }</style>"
 PAGE_PREFIXES = ("check_", "field_", "surface_", "lab_", "train_", "anatomy_")  # a page's own widgets: the rest is the case
 
 
@@ -50,7 +52,11 @@ _DROPPED = "_dropped"  # session state: numbers of the link that no widget could
 def page_setup(page: str, title: str, explanation: str) -> Case:
     """Every page starts here: page config, the navigation, title, its one-line explanation,
     the sidebar's Case. ``page`` is the page's file, relative to app.py."""
-    st.set_page_config(page_title=f"{title} · Gradient Lab", page_icon="∇", layout="wide")
+    presenting = st.query_params.get(PRESENT) == "true"  # read before any widget: it sets up the page itself
+    st.set_page_config(page_title=f"{title} · Gradient Lab", page_icon="∇", layout="wide",
+                       initial_sidebar_state="collapsed" if presenting else "auto")
+    if presenting:
+        st.html(PRESENTATION_STYLE)
     st.title(title)
     st.caption(explanation)
     link = {k: st.query_params.get(k) for k in st.query_params}  # as the link gave them, before any widget reads them
@@ -220,6 +226,8 @@ def sidebar_case() -> Case:
 
     with st.expander("Perturbations", expanded=False):
         perturbation = perturbation_controls(family)
+    st.toggle("Presentation: larger text, sidebar closed", False, key=PRESENT, bind=URL,
+              help="For a lecture or a demo; a link with present=true opens any page this way.")
     return Case(
         family=family.name, formulas=tuple(formulas), shape=shape, dtype=dtype, device=device, seed=int(seed),
         broadcast=bool(broadcast), params=tuple(sorted(params.items())), step=None if step == "auto" else float(step),

@@ -391,6 +391,13 @@ def number_value(page, key: str) -> str:
 
 
 MAIN_TABLE = "[data-testid='stMain'] [data-testid='stDataFrame']"
+CARDS = "[class*='st-key-card_']:not([class*='st-key-card_first_'])"  # Home's verdict cards, their second order done
+
+
+def cards_text(page) -> str:
+    """Every verdict card's words (name, outcome, headline, numbers), in order, once the first is drawn."""
+    page.locator(CARDS).first.wait_for(state="visible")
+    return "\n".join(page.locator(CARDS).all_inner_texts())
 
 
 def table_text(page, selector: str = MAIN_TABLE) -> str:

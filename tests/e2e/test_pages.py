@@ -37,10 +37,9 @@ def shown(page, key: str, kind: str) -> str:
 
 
 def content(page, check: PageCheck) -> str:
-    """What the page draws, as one text to compare: the verdict table on Home, the charts elsewhere."""
+    """What the page draws, as one text to compare: the verdict cards on Home, the charts elsewhere."""
     if check.page == "home":
-        page.locator(harness.MAIN_TABLE).first.wait_for(state="visible")
-        return harness.table_text(page)
+        return harness.cards_text(page)
     return harness.signature(harness.charts(page))
 
 
@@ -63,9 +62,10 @@ def changed_content(page, check: PageCheck, previous: str, timeout: float = 15.0
 def assert_drawn(page, check: PageCheck) -> None:
     assert harness.errors(page) == []
     if check.page == "home":
-        text = harness.table_text(page)
-        assert "corrected" in text and "tutorial" in text  # a row per formula
+        text = harness.cards_text(page)
+        assert "corrected" in text and "tutorial" in text  # a card per formula
         assert "fail" in text  # the tutorial's verdict, at any setting
+        assert page.locator(f"{harness.CARDS} [data-testid='stImage'] img").count() == page.locator(harness.CARDS).count()  # each its picture
         return
     charts = harness.charts(page)
     assert charts, "no plotly chart on the page"

@@ -30,10 +30,45 @@ def test_fresh_start_shows_the_verdicts_and_the_specimen():
     at = app()
     assert not at.exception
     assert not messages(at)
-    table = at.dataframe[0].value
+    table = at.table[0].value
     assert list(table["formula"]) == ["tutorial", "sign-fixed", "corrected"]
     assert "BUG 1" in at.code[0].value and len(at.latex) >= 3
-    assert any("pass" in m.value and "corrected" in m.value and "Jacobian entries" in m.value for m in at.markdown)
+    assert any("Checked all" in m.value and "Jacobian entries" in m.value for m in at.markdown)  # a card's details
+
+
+def headlines(at) -> list[str]:
+    return [m.value.removeprefix("##### ") for m in at.markdown if m.value.startswith("##### ")]
+
+
+def test_every_formula_gets_one_card_with_a_short_headline_and_a_picture():
+    from gradient_lab.present.cards import HEADLINE_WORDS
+
+    at = app()
+    shown = headlines(at)
+    assert len(shown) == 3 and all(len(h.split()) <= HEADLINE_WORDS + 1 and h[0].isupper() for h in shown)
+    assert shown[0].startswith("Sign flipped") and shown[-1] == "Right on every entry"
+    assert len(at.get("image")) == 3 and not at.get("plotly_chart")  # one picture a card, drawn as SVG (no plotly on Home)
+    badges = [m.value for m in at.markdown if "second order" in m.value and "badge[" in m.value]
+    assert len(badges) == 3 and ":material/check: pass" in badges[-1] and ":material/close: fail" in badges[0]  # an icon, not colour alone
+
+
+def test_start_here_links_each_set_the_case_they_say():
+    from gradient_lab.present.guide import TUTORIAL
+
+    for step in TUTORIAL:
+        query = dict(step.query)
+        at = app(step.page, **{k: list(v) if isinstance(v, tuple) else v for k, v in query.items()})
+        assert not at.exception and not messages(at) and not [i for i in at.info if "Ignored from the link" in i.value], step.title
+        assert at.multiselect(key="formulas_cosine").value == list(query["formulas_cosine"]), step.title
+        for key in ("norm1", "norm2"):
+            if key in query:
+                assert at.select_slider(key=key).value == float(query[key]), step.title
+
+
+def test_the_presentation_setting_is_a_link_away():
+    at = app(present="true")
+    assert not at.exception and at.toggle(key="present").value is True
+    assert any("font-size" in h.proto.body for h in at.get("html"))
 
 
 @pytest.mark.parametrize("key, value", list(SIDEBAR_CHANGES.items()))
@@ -43,13 +78,13 @@ def test_each_sidebar_control_reruns_cleanly(key, value):
     assert widget is not None and widget.value != value  # a real change
     widget.set_value(value).run()
     assert not at.exception
-    assert at.dataframe or messages(at)  # a verdict, or a message in words
+    assert at.table or messages(at)  # a verdict, or a message in words
 
 
 def test_formulas_and_family_controls():
     at = app()
     at.multiselect(key="formulas_cosine").set_value(["norm-fixed", "corrected"]).run()
-    assert not at.exception and list(at.dataframe[0].value["formula"]) == ["norm-fixed", "corrected"]
+    assert not at.exception and list(at.table[0].value["formula"]) == ["norm-fixed", "corrected"]
     at.multiselect(key="formulas_cosine").set_value([]).run()
     assert not at.exception and any("at least one formula" in m for m in messages(at))
 
@@ -59,7 +94,7 @@ def test_deep_link_reproduces_the_case():
     assert not at.exception
     assert at.number_input(key="rows").value == 4 and at.selectbox(key="dtype").value == "float32"
     assert at.selectbox(key="dim").value == 0
-    assert list(at.dataframe[0].value["formula"]) == ["corrected"]
+    assert list(at.table[0].value["formula"]) == ["corrected"]
 
 
 def test_unavailable_device_is_explained_and_the_page_goes_on():
@@ -80,5 +115,6 @@ def test_memory_guard_refuses_with_the_estimate_and_the_limit(monkeypatch):
 def test_a_3d_shape_where_the_tutorial_raises_says_so():
     at = app(depth="4")
     assert not at.exception
-    assert any("tutorial" in m.value and "raised" in m.value for m in at.markdown)
-    assert any("corrected" in m.value and "Jacobian entries" in m.value for m in at.markdown)
+    assert headlines(at)[0] == "Reduces over the wrong dim · raises RuntimeError in backward"
+    assert any(m.value.startswith("- The formula raised in backward: RuntimeError") for m in at.markdown)  # its details
+    assert headlines(at)[-1] == "Right on every entry"

@@ -24,7 +24,7 @@ def test_hostile_link_is_ignored_with_a_note_and_the_page_works(query, note):
     assert not at.exception
     said = " ".join(i.value for i in at.info)
     assert note in said
-    assert at.dataframe and list(at.dataframe[0].value["formula"]) == ["tutorial", "sign-fixed", "corrected"]
+    assert at.table and list(at.table[0].value["formula"]) == ["tutorial", "sign-fixed", "corrected"]
     assert at.number_input(key="rows").value == 8  # defaults stand
 
 

@@ -32,8 +32,8 @@ def test_example_from_the_environment_shows_up_and_checks(monkeypatch):
     at = app(family="swish")
     assert not at.exception
     assert "swish" in at.selectbox(key="family").options
-    assert list(at.dataframe[0].value["formula"]) == ["forgot chain rule", "swish"]
-    assert list(at.dataframe[0].value["verdict"]) == ["fail", "pass"]
+    assert list(at.table[0].value["formula"]) == ["forgot chain rule", "swish"]
+    assert list(at.table[0].value["verdict"]) == ["fail", "pass"]
 
 
 def test_example_from_the_command_line(monkeypatch):
@@ -47,7 +47,7 @@ def test_every_page_works_on_a_loaded_family_or_says_why_not(monkeypatch, page):
     monkeypatch.setenv("GRADIENT_LAB_FUNCTIONS", EXAMPLE)
     at = app(page, family="swish", rows="3", features="4")
     assert not at.exception
-    assert at.get("plotly_chart") or at.dataframe or messages(at)
+    assert at.get("plotly_chart") or at.dataframe or at.table or messages(at)
 
 
 def test_a_broken_module_is_named_and_the_rest_keeps_working(monkeypatch):
@@ -57,4 +57,4 @@ def test_a_broken_module_is_named_and_the_rest_keeps_working(monkeypatch):
     said = " ".join(messages(at))
     assert "broken_import.py" in said and "ImportError: this module needs a package" in said
     assert {"cosine", "swish"} <= set(at.selectbox(key="family").options)
-    assert list(at.dataframe[0].value["formula"]) == ["tutorial", "sign-fixed", "corrected"]
+    assert list(at.table[0].value["formula"]) == ["tutorial", "sign-fixed", "corrected"]

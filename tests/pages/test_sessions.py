@@ -13,10 +13,10 @@ def test_two_sessions_keep_their_own_settings():
     second.run()
     assert second.number_input(key="rows").value == 8 and second.selectbox(key="dtype").value == "float64"
     assert first.number_input(key="rows").value == 3
-    assert list(second.dataframe[0].value["formula"]) == list(first.dataframe[0].value["formula"])
+    assert list(second.table[0].value["formula"]) == list(first.table[0].value["formula"])
     second.multiselect(key="formulas_cosine").set_value(["corrected"]).run()
     first.run()
-    assert list(first.dataframe[0].value["formula"]) == ["tutorial", "sign-fixed", "corrected"]
+    assert list(first.table[0].value["formula"]) == ["tutorial", "sign-fixed", "corrected"]
 
 
 def test_cached_results_are_copies_so_one_session_cannot_change_anothers():

@@ -397,6 +397,16 @@ def verdict_rows(reports: list[GradientReport]) -> list[dict]:
     ]
 
 
+def table_rows(rows: list[dict]) -> list[dict]:
+    """Verdict rows with their numbers written as a page shows them: errors in 3 significant
+    digits, the cosine in 4 decimals, counts with thousands separators."""
+    def cell(column: str, value):
+        if isinstance(value, float):
+            return _table_cell(value, ".4f" if column.startswith("cosine") else ".3g")
+        return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else value
+    return [{column: cell(column, value) for column, value in row.items()} for row in rows]
+
+
 def _table_cell(value: float, spec: str) -> str:
     """A table cell: the value formatted, or a dash where there is none (not finite)."""
     return format(value, spec) if math.isfinite(value) else "—"

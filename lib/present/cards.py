@@ -1,0 +1,137 @@
+"""A verdict card: what a newcomer reads in five seconds, from a gradient report.
+
+The badge and the name; a headline of a few words that says what is wrong in the user's terms
+(the diagnosis's findings, each cut short) or that it is right; two or three key numbers; which
+small picture tells the story (the entries against the truth where the diagnosis is about values,
+the error map where it is about where they are wrong); and the sentences behind it, each its own
+line, for "details". Later checks (conditions, parity, precision, provenance) add lines to
+``details``. Plain data: no streamlit, no plotly.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..engine.report import GradientReport
+from ..engine.judge import TRUTH_WORDS, tolerances_text
+
+HEADLINE_WORDS = 12  # at most, in a card's headline
+MAP_KINDS = ("position", "region", "not finite", "summed shape")  # stories about where: the error map shows them
+PICTURES = ("scatter", "error map")
+
+
+@dataclass(frozen=True)
+class Number:
+    label: str
+    value: str
+    help: str
+
+
+@dataclass(frozen=True)
+class Card:
+    formula: str
+    outcome: str  # the first-order verdict's: "pass", "fail", "no verdict"
+    headline: str  # at most HEADLINE_WORDS words
+    numbers: tuple[Number, ...]
+    picture: str  # one of PICTURES
+    details: tuple[str, ...]  # sentences, each starting with a capital
+    second_order: tuple[str, str] | None  # (outcome, sentence) where it was checked
+
+
+def _capital(text: str) -> str:
+    return text[:1].upper() + text[1:] if text else text
+
+
+def _cut(text: str, words: int = HEADLINE_WORDS) -> str:
+    parts = text.split()
+    return text if len(parts) <= words else " ".join(parts[:words]) + "…"
+
+
+def headline(report: GradientReport) -> str:
+    """What is wrong in a few words, or that it is right."""
+    verdict = report.verdict
+    if verdict.passed:
+        return "Right on every entry"
+    if verdict.outcome == "no verdict":
+        return "Nothing could be compared: the truth is not finite"
+    diagnosed = report.diagnosis.headline if report.diagnosis is not None and report.diagnosis.findings else ""
+    if verdict.failure is not None:
+        failure = verdict.failure
+        raised = f"the reference raises {failure.kind}" if failure.stage == "reference" else f"raises {failure.kind} in {failure.stage}"
+        raised += f" when {failure.when}" if failure.when else ""
+        return _cut(_capital(" · ".join(filter(None, [diagnosed, raised]))))
+    if verdict.forward:
+        return "Its forward differs from the reference's"
+    if diagnosed:
+        return _cut(_capital(diagnosed))
+    return "Wrong Jacobian entries, no single cause found"
+
+
+def _worst_error(report: GradientReport) -> float:
+    """The largest |analytic − truth| over the compared entries, in units of the truth's scale."""
+    verdict = report.jacobian
+    if verdict is None or not verdict.entries:
+        return math.nan
+    worst = 0.0
+    for e, scale in zip(verdict.entries, verdict.scales or [None] * len(verdict.entries)):
+        truth = e.values.get("reference", e.values.get("numerical"))
+        if truth is None or not e.rows.size:
+            continue
+        gap = np.abs(e.values["analytic"] - truth)
+        gap = gap[np.isfinite(gap)]
+        if gap.size:
+            worst = max(worst, float(gap.max()) / (scale or 1.0))
+    return worst
+
+
+def numbers(report: GradientReport) -> tuple[Number, ...]:
+    coverage = report.jacobian.coverage if report.jacobian is not None else None
+    worst = _worst_error(report)
+    found = [
+        Number("worst error", "—" if not math.isfinite(worst) else f"{worst:.2g}×" if worst >= 1e-3 else f"{worst:.0e}×",
+               "The largest |formula − truth| over the compared Jacobian entries, as a multiple of the truth's largest |entry|"),
+        Number("cosine to truth", "—" if not math.isfinite(report.cosine) else f"{report.cosine:.3f}",
+               "Between the formula's gradient and the true one: 1 points the right way, −1 is flipped"),
+    ]
+    if coverage is not None:
+        found.append(Number("entries checked", f"{coverage.entries:,}",
+                            f"Every Jacobian entry: {coverage.compared:,} one by one, the rest by {coverage.probes} random probes"))
+    return tuple(found)
+
+
+def picture(report: GradientReport) -> str:
+    """The error map where the diagnosis is about where it is wrong; else the entries against the truth."""
+    kinds = [f.kind for f in report.diagnosis.findings] if report.diagnosis is not None else []
+    if kinds and kinds[0] in MAP_KINDS or report.jacobian is None or not any(e.rows.size for e in report.jacobian.entries):
+        return "error map"
+    return "scatter"
+
+
+def details(report: GradientReport) -> tuple[str, ...]:
+    """The evidence behind the headline, one sentence a line."""
+    verdict, lines = report.verdict, []
+    if verdict.forward:
+        lines.append(_capital(verdict.forward) + ".")
+    if verdict.failure is not None:
+        lines.append(_capital(f"{verdict.failure.whose} raised {verdict.failure}") + ".")
+    if report.diagnosis is not None:
+        lines += [_capital(f"{f.words}: {f.evidence}") + "." for f in report.diagnosis.findings]
+    if verdict.finding:
+        lines.append(_capital(verdict.finding) + ".")
+    if verdict.coverage:
+        lines.append("Checked " + verdict.coverage + ".")
+    coverage = report.jacobian.coverage if report.jacobian is not None else None
+    if coverage is not None:
+        truths = [TRUTH_WORDS[coverage.role if t == "reference" else t] for t in coverage.truths]
+        lines.append(_capital(f"an entry passes within {tolerances_text(report.tolerances, coverage.truths[0], 1.0, coverage.role)} "
+                              f"of the truth ({' and '.join(truths)}), atol in units of the truth's largest |entry|") + ".")
+    return tuple(lines)
+
+
+def card(report: GradientReport) -> Card:
+    second = report.second_order
+    return Card(report.formula, report.verdict.outcome, headline(report), numbers(report), picture(report), details(report),
+                (second.outcome, _capital(second.summary) + ".") if second is not None else None)

@@ -1,0 +1,39 @@
+"""Start here: the tutorial's story as a guided path, each step a page and the case that shows it,
+so a teacher can click through it in a lecture. Plain data; ``lib.ui.guide`` draws it as links.
+
+The story (``shared/reference/cosine_tutorial.md``): the tutorial's backward of cosine similarity
+has its sign flipped and misses the normalisation 1/(‖x1‖·‖x2‖). The sign shows at once, as a field
+that points uphill and training that climbs; the missing normalisation only where row norms are
+far from 1; the corrected formula passes on every entry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PRESENT = "present"  # the link parameter (and the sidebar's toggle) that turns the presentation setting on
+
+
+@dataclass(frozen=True)
+class Step:
+    title: str
+    what_to_see: str
+    page: str  # relative to app.py
+    query: tuple[tuple[str, str | tuple[str, ...]], ...]  # the case, as the sidebar's URL parameters
+
+    def query_params(self, present: bool = False) -> dict[str, str | list[str]]:
+        params = {key: list(value) if isinstance(value, tuple) else value for key, value in self.query}
+        return {**params, PRESENT: "true"} if present else params
+
+
+TUTORIAL = (
+    Step("1. The flipped sign", "The tutorial's arrows point uphill, against the corrected formula's: its gradient has the wrong sign.",
+         "pages/2_Gradient_field.py", (("family", "cosine"), ("formulas_cosine", ("tutorial", "corrected")))),
+    Step("2. Training that climbs", "Followed downhill, the tutorial's gradient makes the loss rise while the corrected one's falls.",
+         "pages/5_Training.py", (("family", "cosine"), ("formulas_cosine", ("tutorial", "corrected")))),
+    Step("3. The missing normalisation", "With the sign fixed, the gradient is still wrong by a factor ‖x1‖·‖x2‖: at row norm 10 it is "
+         "100 times too large.", "pages/1_Gradient_check.py",
+         (("family", "cosine"), ("formulas_cosine", ("sign-fixed",)), ("norm1", "10"), ("norm2", "10"))),
+    Step("4. The fix", "The corrected backward agrees with autograd on every Jacobian entry, and in double backward.",
+         "pages/1_Gradient_check.py", (("family", "cosine"), ("formulas_cosine", ("corrected",)))),
+)

@@ -1,0 +1,44 @@
+"""A verdict card on a page: the one component Home and Gradient check share (``lib.present.cards``
+says what it holds; ``lib.present.figures.cards`` draws its picture)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import streamlit as st
+
+from ..engine.report import GradientReport
+from ..present.cards import card
+from ..present.figures.cards import card_figure
+from .show import badge, sentence
+
+
+def verdict_card(report: GradientReport, key: str, wide: bool = False) -> None:
+    """The badge and name, the headline, the key numbers and the picture (beside them when
+    ``wide``, below them in a column of cards); the evidence under Details."""
+    shown = card(report)
+    with st.container(border=True, key=f"card_{key}"):
+        words, picture = st.columns([3, 2], vertical_alignment="center") if wide else (st.container(), st.container())
+        with words:
+            second = f" · {badge(shown.second_order[0])} second order" if shown.second_order is not None else ""
+            st.markdown(f"{badge(shown.outcome)} **{sentence(shown.formula)}**{second}")
+            st.markdown(f"##### {sentence(shown.headline)}")
+            st.markdown(" · ".join(f"**{number.value}** :gray[{number.label}]" for number in shown.numbers),
+                        help=" ".join(f"{number.label.capitalize()}: {number.help}." for number in shown.numbers))
+        with picture:
+            svg = card_figure(shown, report)
+            if svg is not None:
+                st.image(svg, width="stretch")
+        with st.expander("Details"):
+            lines = [*shown.details, *([shown.second_order[1]] if shown.second_order is not None else [])]
+            st.markdown("\n".join(f"- {sentence(line)}" for line in lines))
+
+
+def card_slots(names: Sequence[str], per_row: int = 3) -> dict[str, st.delta_generator.DeltaGenerator]:
+    """One place per card, side by side, ``per_row`` to a row: each filled, and filled again, in place."""
+    slots = {}
+    for start in range(0, len(names), per_row):
+        row = names[start:start + per_row]
+        for name, column in zip(row, st.columns(per_row)):
+            slots[name] = column.empty()
+    return slots

@@ -1,0 +1,46 @@
+"""The verdict card's content: a headline a newcomer reads at once, key numbers, which picture,
+and the evidence in sentences, for the gallery's formulas and for Functions as they ship."""
+
+import pytest
+import torch
+
+from gradient_lab.app.family import get_family
+from gradient_lab.engine.pipeline import compare_gradients
+from gradient_lab.present.cards import HEADLINE_WORDS, PICTURES, card
+from gradient_lab.testing import check_gradients
+from tests import shipped
+
+COSINE = get_family("cosine")
+INPUTS = COSINE.build_inputs((8, 16), seed=0)
+
+
+@pytest.mark.parametrize("formula", list(COSINE.formulas))
+def test_every_cosine_formula_gets_a_short_capitalised_headline_numbers_a_picture_and_sentences(formula):
+    report = compare_gradients(COSINE, formula, INPUTS)
+    shown = card(report)
+    assert shown.outcome == report.verdict.outcome and shown.picture in PICTURES
+    assert len(shown.headline.split()) <= HEADLINE_WORDS + 1 and shown.headline[0].isupper()  # + the "…" of a cut
+    assert [n.label for n in shown.numbers] == ["worst error", "cosine to truth", "entries checked"]
+    assert shown.numbers[2].value == f"{report.jacobian.coverage.entries:,}"
+    assert shown.details and all(line[0].isupper() and line.endswith(".") for line in shown.details)
+    if report.verdict.passed:
+        assert shown.headline == "Right on every entry"
+
+
+def test_the_tutorials_headline_names_both_bugs_in_the_users_terms():
+    shown = card(compare_gradients(COSINE, "tutorial", INPUTS))
+    assert shown.headline == "Sign flipped · missing 1/(‖x1‖·‖x2‖) · extra term along each row"
+    assert float(shown.numbers[1].value) < 0 and shown.picture == "scatter"  # cosine to the truth: flipped
+
+
+def test_a_story_about_where_it_is_wrong_is_drawn_as_the_error_map():
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    shown = card(check_gradients(shipped.PaddedDifferences, x))
+    assert shown.picture == "error map" and "boundary along dim 1" in shown.headline
+
+
+def test_a_formula_that_raises_says_where_in_its_headline():
+    x = torch.randn(3, 4, dtype=torch.float64)
+    shown = card(check_gradients(shipped.ProductNeedsBoth, (x, x.flip(0))))
+    assert shown.headline == "Raises UnboundLocalError in backward when only x2 requires a gradient"
+    assert any(line.startswith("The formula raised in backward when only x2") for line in shown.details)
