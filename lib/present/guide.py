@@ -27,12 +27,12 @@ class Step:
 
 
 TUTORIAL = (
-    Step("1. The flipped sign", "The tutorial's arrows point uphill, against the corrected formula's: its gradient has the wrong sign.",
+    Step("1. Flipped sign", "The tutorial's arrows point uphill, against the corrected formula's: its gradient has the wrong sign.",
          "pages/2_Gradient_field.py", (("family", "cosine"), ("formulas_cosine", ("tutorial", "corrected")))),
-    Step("2. Training that climbs", "Followed downhill, the tutorial's gradient makes the loss rise while the corrected one's falls.",
+    Step("2. Training climbs", "Followed downhill, the tutorial's gradient makes the loss rise while the corrected one's falls.",
          "pages/5_Training.py", (("family", "cosine"), ("formulas_cosine", ("tutorial", "corrected")))),
-    Step("3. The missing normalisation", "With the sign fixed, the gradient is still wrong by a factor ‖x1‖·‖x2‖: at row norm 10 it is "
-         "100 times too large.", "pages/1_Gradient_check.py",
+    Step("3. Missing norm", "With the sign fixed, the gradient still lacks its normalisation 1/(‖x1‖·‖x2‖): hidden near unit norm, "
+         "it makes the gradient hundreds of times too large at row norm 10.", "pages/1_Gradient_check.py",
          (("family", "cosine"), ("formulas_cosine", ("sign-fixed",)), ("norm1", "10"), ("norm2", "10"))),
     Step("4. The fix", "The corrected backward agrees with autograd on every Jacobian entry, and in double backward.",
          "pages/1_Gradient_check.py", (("family", "cosine"), ("formulas_cosine", ("corrected",)))),
