@@ -1,7 +1,5 @@
 """Gradient Lab: home. What the app is, the verdict for the current case, and the specimen's bugs."""
 
-import dataclasses
-
 import streamlit as st
 
 from gradient_lab import ui
@@ -23,20 +21,14 @@ with ui.guard("This page"):
     st.subheader("Verdict for this case")
     formulas = ui.compute(views.chosen_formulas, case, what="Reading the formulas…") or ()
     slots = ui.card_slots(formulas)
-    once = dataclasses.replace(case, order=1)
-    # each card as soon as its first order is known; then the second order completes them, in place
-    first = [ui.compute(views.gradient_report, once, formula, what=f"Checking {formula}…") for formula in formulas]
-    for formula, report in zip(formulas, first):
+    # each card as soon as its verdict is known (the cheap ones first), the contract lint after all of them
+    reports = []
+    for formula in formulas:
+        report = ui.compute(views.gradient_report, case, formula, what=f"Checking {formula}…")
         if report is not None:
+            reports.append(report)
             with slots[formula].container():
-                ui.verdict_card(report, key=f"first_{formula}")
-    reports = None
-    if first and all(r is not None for r in first):
-        reports = first if case.declared_order() == 1 else ui.compute(views.verdicts, case, what="Checking the second order…")
-    if reports is not None and reports is not first:
-        for report in reports:
-            with slots[report.formula].container():
-                ui.verdict_card(report, key=report.formula)
+                ui.verdict_card(report, key=formula)
     if reports:
         broken = ui.compute(views.contract_problems, case, what="Checking each Function's contract…")
         for formula, rules in (broken or {}).items():

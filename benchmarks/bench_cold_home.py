@@ -29,7 +29,7 @@ from playwright.sync_api import sync_playwright
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
 CARDS = 3  # the default case's formulas: tutorial, sign-fixed, corrected
-FINAL = "[class*='st-key-card_']:not([class*='st-key-card_first_'])"  # a card with its second order
+FINAL = "[class*='st-key-card_']"  # a verdict card, second order included
 PICTURES = f"{FINAL} [data-testid='stImage'] img, {FINAL} .main-svg"
 
 
@@ -66,8 +66,7 @@ def cold_visit(browser, launcher: str) -> float:
         page = browser.new_page(viewport={"width": 1440, "height": 900})
         start = time.perf_counter()
         page.goto(f"http://127.0.0.1:{port}/")
-        # the second order's cards (keyed by the formula alone) replace the first order's: those are the last drawn,
-        # each done once its picture is there
+        # each card is done once its picture is there
         page.wait_for_function(f"() => document.querySelectorAll({PICTURES!r}).length >= {CARDS}", timeout=120_000)
         elapsed = (time.perf_counter() - start) * 1e3
         if page.locator(PICTURES).count() < CARDS or page.locator("[data-testid='stException']").count():

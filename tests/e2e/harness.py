@@ -391,7 +391,7 @@ def number_value(page, key: str) -> str:
 
 
 MAIN_TABLE = "[data-testid='stMain'] [data-testid='stDataFrame']"
-CARDS = "[class*='st-key-card_']:not([class*='st-key-card_first_'])"  # Home's verdict cards, their second order done
+CARDS = "[class*='st-key-card_']"  # Home's verdict cards
 
 
 def cards_text(page) -> str:
