@@ -395,9 +395,11 @@ CARDS = "[class*='st-key-card_']"  # Home's verdict cards
 
 
 def cards_text(page) -> str:
-    """Every verdict card's words (name, outcome, headline, numbers), in order, once the first is drawn."""
+    """Every verdict card's words (name, outcome, headline, numbers, details), in order, once the
+    first is drawn, and the table of numbers (in its closed expander: all text, shown or not)."""
     page.locator(CARDS).first.wait_for(state="visible")
-    return "\n".join(page.locator(CARDS).all_inner_texts())
+    tables = page.locator("[data-testid='stMain'] [data-testid='stTable']").all_text_contents()
+    return "\n".join(page.locator(CARDS).all_text_contents() + tables)
 
 
 def table_text(page, selector: str = MAIN_TABLE) -> str:

@@ -97,7 +97,7 @@ def test_a_region_is_named_only_once_a_second_point_confirms_it():
 def test_a_story_that_a_second_point_does_not_bear_out_is_dropped():
     from gradient_lab.engine.diagnosis import Diagnosis, Finding, confirm
 
-    band = Finding("region", "wrong only where 1.1 < |x| < 2", "", (0, lambda values: (np.abs(values) > 1.1) & (np.abs(values) < 2)))
+    band = Finding("region", "wrong only where 1.1 < |x| < 2", "", predicts=(0, lambda values: (np.abs(values) > 1.1) & (np.abs(values) < 2)))
     boundary = np.array([True, False, False, True])
     elsewhere = (np.array([0.0, 1.5, 1.6, 0.1]), boundary)  # the band predicts the middle two; the boundary is wrong
     assert confirm(Diagnosis((band,)), lambda i: elsewhere).findings == ()

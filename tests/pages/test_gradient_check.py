@@ -29,15 +29,29 @@ def boxes(at, kind: str) -> list[str]:
     return [e.value for e in getattr(at, kind)]
 
 
+def card(at) -> dict[str, str]:
+    """The verdict card's words: its badge line, its headline and its details (one text)."""
+    markdown = [m.value for m in at.markdown]
+    return {"line": next(m for m in markdown if "-badge[:material/" in m),
+            "headline": next(m.removeprefix("##### ") for m in markdown if m.startswith("##### ")),
+            "details": "\n".join(m for m in markdown if m.startswith("- "))}
+
+
+def passes(at, formula: str) -> bool:
+    shown = card(at)
+    return f"**{formula}**" in shown["line"] and shown["line"].count(":material/check: pass") == 2 and shown["headline"] == "Right on every entry"
+
+
 def test_fresh_start_shows_the_verdict_maps_table_jacobians_downloads_and_script():
     at = app(PAGE)
     assert not at.exception
     assert at.selectbox(key="check_formula").value == "tutorial"
-    errors = boxes(at, "error")  # the two verdicts only
-    assert len(errors) == 2 and errors[0].startswith("**tutorial**, first order, fails: sign flipped, and off by a factor per row")
-    assert "the Jacobian entry" in errors[0]  # where, after why
-    assert "Jacobian entries" in errors[0]  # and what it covered
-    assert errors[1].startswith("**Second order** (double backward), fails")
+    assert not boxes(at, "error")  # a failing verdict is a card, not an error box
+    shown = card(at)
+    assert "**tutorial**" in shown["line"] and shown["line"].count(":material/close: fail") == 2  # first and second order
+    assert shown["headline"] == "Sign flipped · missing 1/(‖x1‖·‖x2‖) · extra term along each row"
+    assert "The Jacobian entry" in shown["details"] and "Checked all" in shown["details"]  # where, and what it covered
+    assert "Fails: double backward differs" in shown["details"]
     assert [m.label for m in at.metric] == ["Cosine to reference", "Loss", "Forward evaluations", "Max |forward − reference|"]
     assert float(at.metric[0].value) < 0  # the tutorial's gradient is flipped
     assert any("colour groups" in c.value for c in at.caption)  # how the finite differences were taken
@@ -72,14 +86,14 @@ def test_with_an_accelerator_the_cpu_and_the_device_are_compared():
 def test_every_control_reruns_cleanly():
     at = app(PAGE)
     steps = [
-        ("check_formula", "corrected", lambda: boxes(at, "success")[0].startswith("**corrected**, first order, passes: all")),
+        ("check_formula", "corrected", lambda: passes(at, "corrected")),
         ("check_input", "x2", lambda: has(at, "w.r.t. x2") and has(at, "x2: signed error")),
         ("check_pair", ("analytic", "numerical"), lambda: has(at, "signed error analytic − numerical")),
         ("check_pair", ("reference", "numerical"), lambda: has(at, "distribution of |reference − numerical|")),
         ("check_relative", True, lambda: has(at, "relative error |reference − numerical| / |numerical|")),
         ("check_sweep", True, lambda: has(at, "Finite-difference step sweep")),
         ("check_conformance", True, lambda: has(at, "Conformance:")),
-        ("check_formula", "sign-fixed", lambda: boxes(at, "error")[0].startswith("**sign-fixed**, first order, fails")),
+        ("check_formula", "sign-fixed", lambda: "**sign-fixed**" in card(at)["line"] and ":material/close: fail" in card(at)["line"]),
         ("check_relative", False, lambda: has(at, "x2: signed error reference − numerical")),
         ("check_sweep", False, lambda: not has(at, "step sweep")),
         ("check_conformance", False, lambda: not has(at, "Conformance")),
@@ -98,8 +112,7 @@ def test_deep_link():
     assert at.multiselect(key="formulas_cosine").value == ["tutorial", "corrected"]
     assert at.selectbox(key="check_formula").options == ["tutorial", "corrected"]
     assert at.selectbox(key="check_formula").value == "corrected"
-    assert boxes(at, "success")[0].startswith("**corrected**, first order, passes") and not boxes(at, "error")
-    assert boxes(at, "success")[1].startswith("**Second order** (double backward), passes")
+    assert passes(at, "corrected") and not boxes(at, "error")
     assert has(at, "w.r.t. x2 (4, 6)") and has(at, "signed error reference − numerical") and has(at, "step sweep")
     assert "shape=(4, 6)," in at.code[0].value and "formula = 'corrected'" in at.code[0].value
 
@@ -116,8 +129,8 @@ def test_a_backward_that_raises_is_a_message_with_the_reference_still_drawn():
     at = app(PAGE, depth="3")  # the tutorial's backward reduces the wrong dim of a 3-D input
     assert not at.exception
     errors = boxes(at, "error")
-    assert errors[0].startswith("**tutorial**, first order, fails: the backward reduces over the wrong dim")
-    assert "The formula raised in backward" in errors[0]
+    assert card(at)["headline"] == "Reduces over the wrong dim · raises RuntimeError in backward"
+    assert "The formula raised in backward: RuntimeError" in card(at)["details"]
     assert any(e.startswith("The formula raised in backward: RuntimeError") for e in errors)
     assert any("no analytic gradient to compare" in i for i in boxes(at, "info"))  # no error map of it, and why
     assert any("the formula raised" in i for i in boxes(at, "info"))  # no Jacobians, and why
@@ -145,7 +158,7 @@ def test_the_upstream_control_redraws_the_maps():
     assert not at.exception and at.selectbox(key="upstream").value == "random"
     assert any("random (seeded) upstream gradient" in c.value for c in at.caption)
     assert gradient_maps(at) != before  # a different product is drawn
-    assert boxes(at, "success")[0].startswith("**corrected**, first order, passes")
+    assert passes(at, "corrected")
 
 
 def test_the_colour_scale_can_be_per_panel_so_the_true_gradient_shows():
