@@ -1,5 +1,5 @@
 # Two commands for a fresh machine; each creates (or reuses) the virtual environment in .venv.
-#   make run    install the app's requirements and start it (streamlit run app.py, warmed: lib/serve.py)
+#   make run    install the app's requirements and start it (streamlit run app.py, warmed: lib/ui/serve.py)
 #   make test   install the test requirements and run the whole test suite
 #   make lint   install the test requirements and run ruff with the committed configuration (ruff.toml)
 PYTHON ?= python3
@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 .PHONY: run test lint bench
 
 run: $(VENV)/.app-installed
-	$(BIN)/python -m gradient_lab.serve $(ARGS)
+	$(BIN)/python -m gradient_lab.ui.serve $(ARGS)
 
 test: $(VENV)/.dev-installed
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -3,7 +3,7 @@ Chromium at 1440×900, at defaults. Each repeat starts a server of its own (noth
 waits for its health check before the clock starts, so what is timed is what a user opening the
 link waits for: the page script, every formula's verdict and second order, and the cards drawn.
 Best of N, with the median, for the server as ``make run`` and ``gradient-lab app`` start it
-(``python -m gradient_lab.serve``: warmed before it answers) and, for comparison, a plain
+(``python -m gradient_lab.ui.serve``: warmed before it answers) and, for comparison, a plain
 ``streamlit run app.py`` (whose first visitor waits for torch's import).
 
 Prints a line per repeat, ``cold_home_plain_streamlit_ms=P``, then ``cold_home_ms=T`` (best of N,
@@ -39,7 +39,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-LAUNCHERS = {"warmed": ["-m", "gradient_lab.serve"], "plain streamlit": ["-m", "streamlit", "run", str(ROOT / "app.py")]}
+LAUNCHERS = {"warmed": ["-m", "gradient_lab.ui.serve"], "plain streamlit": ["-m", "streamlit", "run", str(ROOT / "app.py")]}
 
 
 def _server(port: int, launcher: str) -> subprocess.Popen:

@@ -344,7 +344,7 @@ def app_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
         else:
             rest.append(arg)
     resolved = [str(Path(s).resolve()) if s.endswith(".py") or Path(s).is_file() else s for s in sources]
-    return [sys.executable, "-m", f"{__package__}.serve", *rest], resolved  # streamlit run app.py, warmed first
+    return [sys.executable, "-m", f"{__package__}.ui.serve", *rest], resolved  # streamlit run app.py, warmed first
 
 
 def app(argv: Sequence[str]) -> int:

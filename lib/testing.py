@@ -115,7 +115,7 @@ def _worst_drawn(report: GradientReport) -> str:
     worst, text = 0.0, ""
     coverage = report.jacobian.coverage if report.jacobian is not None else None
     for comparison in report.inputs:
-        trusted = coverage is not None and "reference" in coverage.truths and comparison.name not in coverage.unreproduced
+        trusted = coverage is not None and coverage.judged_by_reference(comparison.name)
         source = "reference" if trusted else "numerical"
         index, values = comparison.worst(("analytic", source))
         if index is None or not values:

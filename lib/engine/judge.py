@@ -112,6 +112,10 @@ class Coverage:
     role: str = "reference"  # what the reference is: "reference", or "surrogate" (the declared intended gradient)
     unreproduced: tuple[str, ...] = ()  # inputs whose reference Jacobian did not reproduce finite differences: not a truth there
 
+    def judged_by_reference(self, name: str) -> bool:
+        """Whether input ``name`` was judged by the reference (or the declared surrogate)."""
+        return "reference" in self.truths and name not in self.unreproduced
+
     @property
     def empty(self) -> bool:
         """Nothing was compared: no verdict can be given."""

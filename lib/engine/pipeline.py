@@ -346,8 +346,6 @@ class Evaluation:
     the three gradients for it, and the plans with their finite differences."""
 
     output: Tensor  # the reference's output where there is one, else the formula's (packed)
-    formula_output: Tensor | None
-    reference_output: Tensor | None
     upstream: Tensor
     plans: list[DifferencePlan]
     analytic: list[np.ndarray]  # per input: the formula's backward for ``upstream``; NaN where it raised
@@ -381,7 +379,7 @@ def evaluate(problem: Problem, tolerances: Tolerances, plans: Sequence[Differenc
     else:
         plans = [DifferencePlan(i, x.numel(), output.numel(), None, None, None, "not run") for i, x in enumerate(inputs)]
     referenced = _gradients(reference, inputs, drawn) if reference else numerical
-    return Evaluation(output, formula_output, reference_output, drawn, plans, analytic, numerical, referenced, failure)
+    return Evaluation(output, drawn, plans, analytic, numerical, referenced, failure)
 
 
 def _maps(problem: Problem, e: Evaluation, jacobian: JacobianVerdict | None, tolerances: Tolerances, jacobian_limit: int,
@@ -451,7 +449,7 @@ def check(
         second = check_second_order(run, None if jacobian.coverage.unreproduced else reference, inputs, problem.loss, tolerances,
                                     first_order_passed=jacobian.passed, seed=seed, names=names, declared_order=order, role=problem.role)
     comparisons = _maps(problem, e, jacobian, tolerances, jacobian_limit, budget_bytes)
-    trusted = [reference is not None and jacobian is not None and name not in jacobian.coverage.unreproduced for name in names]
+    trusted = [jacobian is not None and jacobian.coverage.judged_by_reference(name) for name in names]
     drawn = None if e.failure else _drawn_gradient_finding(comparisons, tolerances, trusted, jacobian.second_looked,
                                                            [_gradient_noise(run, inputs, p, e.upstream, budget_bytes) for p in e.plans],
                                                            jacobian.scales, problem.role)

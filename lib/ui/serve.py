@@ -1,4 +1,4 @@
-"""The dashboard's server, warmed: ``python -m gradient_lab.serve [streamlit options]`` is
+"""The dashboard's server, warmed: ``python -m gradient_lab.ui.serve [streamlit options]`` is
 ``streamlit run app.py [options]`` in this process, after importing what every page imports and
 checking the home page's default case once. Streamlit runs a page's script only when someone
 opens it, so a plain ``streamlit run`` makes its first visitor wait for torch's import and its
@@ -18,10 +18,10 @@ def warm() -> float:
     start = time.perf_counter()
     import plotly.graph_objects  # noqa: F401 - every other page draws with it
 
-    from . import ui  # noqa: F401 - torch, streamlit's elements, the sidebar
-    from .app import views
-    from .app.case import Case
-    from .present import cards  # noqa: F401
+    from .. import ui  # noqa: F401 - torch, streamlit's elements, the sidebar
+    from ..app import views
+    from ..app.case import Case
+    from ..present import cards  # noqa: F401
 
     case = Case()
     views.verdicts(case)
@@ -32,7 +32,7 @@ def warm() -> float:
 def main(argv: list[str] | None = None) -> int:
     from streamlit.web import cli
 
-    from .cli import dashboard
+    from ..cli import dashboard
 
     argv = sys.argv[1:] if argv is None else argv
     seconds = warm()
