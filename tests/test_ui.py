@@ -6,10 +6,11 @@ import json
 import math
 
 import numpy as np
+import streamlit as st
 
 from gradient_lab.app.family import get_family
 from gradient_lab.ui.downloads import _plain, csv_text
-from gradient_lab.ui.sidebar import default_formulas
+from gradient_lab.app.case import default_formulas
 
 
 def test_csv_text_has_a_header_and_a_row_per_dict():
@@ -134,3 +135,24 @@ def test_progress_moves_the_bar_and_hands_freed_memory_back(monkeypatch):
     update(1.0)  # grown by more: hands back
     assert moved == [(0.25, "Working…"), (0.5, "Working…"), (1.0, "Working…")]
     assert released == [10**9, 10**9 + 110 * 2**20]
+
+
+# ---- the warmed server: Home at defaults answered from what it checked ahead ----------------------------
+
+
+def test_the_warmed_server_answers_home_at_defaults_without_checking_again(monkeypatch):
+    from gradient_lab.app import views
+    from gradient_lab.ui import serve
+    from tests.pages.conftest import app
+
+    st.cache_data.clear()
+    serve.warm()
+    checked = []
+    report = views._report
+    monkeypatch.setattr(views, "_report", lambda case, formula, **kw: checked.append((case.seed, formula)) or report(case, formula, **kw))
+    at = app()  # a first visit at defaults: the sidebar's case is the one warmed
+    assert not at.exception and len([m for m in at.markdown if m.value.startswith("##### ")]) == 3
+    assert checked == []
+    app(seed=3)  # any other case is checked when asked
+    assert {formula for _, formula in checked} == {"tutorial", "sign-fixed", "corrected"}
+    st.cache_data.clear()

@@ -71,3 +71,17 @@ class Case:
         """The inputs' size before any is built: what the memory guard starts from."""
         elements = math.prod(self.shape)
         return elements * self.torch_dtype().itemsize * len(self.get_family().input_names)
+
+
+def default_formulas(family: Family) -> list[str]:
+    """Up to two wrong formulas and every correct one: enough to compare without clutter."""
+    wrong = [n for n, f in family.formulas.items() if not f.correct][:2]
+    return wrong + [n for n, f in family.formulas.items() if f.correct]
+
+
+def opening_case(family_name: str = Case.family) -> Case:
+    """The case the sidebar holds when a page is opened without a link: the family's default
+    formulas and its own params, named (the case Home is first asked about, and the one the warmed
+    server checks ahead)."""
+    family = get_family(family_name)
+    return Case(family=family.name, formulas=tuple(default_formulas(family)), params=tuple(sorted(family.params.items())))

@@ -3,6 +3,7 @@ says what it holds; ``lib.present.figures.cards`` draws its picture)."""
 
 from __future__ import annotations
 
+import base64
 from typing import Sequence
 
 import streamlit as st
@@ -28,7 +29,9 @@ def verdict_card(report: GradientReport, key: str, wide: bool = False) -> None:
         with picture:
             svg = card_figure(shown, report)
             if svg is not None:
-                st.image(svg, width="stretch")
+                # a markdown image, not st.image: markdown's code comes with the page, while the
+                # browser fetches st.image's (and raw HTML's) when first used, from a busy server
+                st.markdown(f"![{shown.picture}](data:image/svg+xml;base64,{base64.b64encode(svg.encode()).decode()})")
         with st.expander("Details"):
             lines = [*shown.details, *([shown.second_order[1]] if shown.second_order is not None else [])]
             st.markdown("\n".join(f"- {sentence(line)}" for line in lines))

@@ -12,7 +12,7 @@ import pandas  # noqa: F401 - imported whole before any session: a half-imported
 import streamlit as st
 
 from ..app import plugins
-from ..app.case import DTYPES, Case
+from ..app.case import DTYPES, Case, default_formulas
 from ..engine.pipeline import UPSTREAMS
 from ..app.devices import DEVICES, device_problem
 from ..app.family import Family, families
@@ -75,12 +75,6 @@ def page_setup(page: str, title: str, explanation: str) -> Case:
     if notes:
         st.info("Ignored from the link: " + "; ".join(notes) + ".", icon="🔗")
     return case
-
-
-def default_formulas(family: Family) -> list[str]:
-    """Up to two wrong formulas and every correct one: enough to compare without clutter."""
-    wrong = [n for n, f in family.formulas.items() if not f.correct][:2]
-    return wrong + [n for n, f in family.formulas.items() if f.correct]
 
 
 def _log_choices(low: int, high: int) -> list[float]:

@@ -65,7 +65,7 @@ def assert_drawn(page, check: PageCheck) -> None:
         text = harness.cards_text(page)
         assert "corrected" in text and "tutorial" in text  # a card per formula
         assert "fail" in text  # the tutorial's verdict, at any setting
-        assert page.locator(f"{harness.CARDS} [data-testid='stImage'] img").count() == page.locator(harness.CARDS).count()  # each its picture
+        assert page.locator(f"{harness.CARDS} img[src^='data:image/svg']").count() == page.locator(harness.CARDS).count()  # each its picture
         return
     charts = harness.charts(page)
     assert charts, "no plotly chart on the page"

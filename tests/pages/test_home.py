@@ -36,6 +36,14 @@ def test_fresh_start_shows_the_verdicts_and_the_specimen():
     assert any("Checked all" in m.value and "Jacobian entries" in m.value for m in at.markdown)  # a card's details
 
 
+def pictures(at) -> list[str]:
+    """The cards' pictures, as the SVG each markdown image carries."""
+    import base64
+    import re
+
+    return [base64.b64decode(found).decode() for m in at.markdown for found in re.findall(r"\]\(data:image/svg\+xml;base64,([^)]+)\)", m.value)]
+
+
 def headlines(at) -> list[str]:
     return [m.value.removeprefix("##### ") for m in at.markdown if m.value.startswith("##### ")]
 
@@ -47,7 +55,9 @@ def test_every_formula_gets_one_card_with_a_short_headline_and_a_picture():
     shown = headlines(at)
     assert len(shown) == 3 and all(len(h.split()) <= HEADLINE_WORDS + 1 and h[0].isupper() for h in shown)
     assert shown[0].startswith("Sign flipped") and shown[-1] == "Right on every entry"
-    assert len(at.get("image")) == 3 and not at.get("plotly_chart")  # one picture a card, drawn as SVG (no plotly on Home)
+    drawn = pictures(at)  # one picture a card, drawn as SVG (no plotly on Home), each with its title
+    assert len(drawn) == 3 and not at.get("plotly_chart") and not at.get("image")
+    assert all(svg.startswith("<svg") and "Jacobian entries" in svg for svg in drawn)
     badges = [m.value for m in at.markdown if "second order" in m.value and "badge[" in m.value]
     assert len(badges) == 3 and ":material/check: pass" in badges[-1] and ":material/close: fail" in badges[0]  # an icon, not colour alone
 
