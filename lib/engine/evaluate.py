@@ -114,11 +114,12 @@ def vector_jacobian_products(function, inputs: Sequence[Tensor], upstreams: Tens
         grads = None
         if batched and upstreams.shape[0] > 1:
             try:
-                grads = torch.autograd.grad(y, xs, upstreams, retain_graph=True, is_grads_batched=True, allow_unused=True)
+                # copies: a backward may write into grad_output, which would change the next vectors
+                grads = torch.autograd.grad(y, xs, upstreams.clone(), retain_graph=True, is_grads_batched=True, allow_unused=True)
             except Exception:  # noqa: BLE001 - a backward that vmap cannot run: one call per vector
                 grads = None
         if grads is None:
-            per = [torch.autograd.grad(y, xs, u, retain_graph=True, allow_unused=True) for u in upstreams]
+            per = [torch.autograd.grad(y, xs, u.clone(), retain_graph=True, allow_unused=True) for u in upstreams]
     k = upstreams.shape[0]
     if grads is None:  # per input, the plain calls' gradients stacked: a copy of their own
         return [torch.zeros(k, x.numel(), dtype=torch.float64) if all(g[i] is None for g in per) else

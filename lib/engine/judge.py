@@ -254,7 +254,7 @@ def compare_entries(analytic: np.ndarray, truths: dict[str, np.ndarray], toleran
     any_truth = np.zeros(a.shape, dtype=bool)
     excess = np.full(a.shape, -np.inf)
     worst_gap, against = -np.inf, None
-    atol = tolerances.atol * (truth_scale(truths) if scale is None else scale)
+    atol = tolerances.atol * max(truth_scale(truths) if scale is None else scale, tolerances.unit)
     for name, truth in truths.items():
         finite_truth = np.isfinite(truth)
         any_truth |= finite_truth
@@ -465,7 +465,8 @@ def _off_pattern(entries: Sequence[InputEntries], probes: Sequence[Probe], toler
             on_pattern = terms if ordered else np.bincount(e.cols, weights=terms, minlength=n)
             scale = np.abs(terms) if ordered else np.bincount(e.cols, weights=np.abs(terms), minlength=n)
             truths = _probe_truths(probe, i)
-            atol = tolerances.atol * (scales[i] if scales[i] is not None else truth_scale(truths or {"analytic": probe.products["analytic"][i]}))
+            atol = tolerances.atol * max(scales[i] if scales[i] is not None else truth_scale(truths or {"analytic": probe.products["analytic"][i]}),
+                                         tolerances.unit)
             with np.errstate(invalid="ignore"):
                 outside = np.abs(probe.products["analytic"][i] - on_pattern)
                 excess = outside - (atol + tolerances.rtol**2 * scale)
@@ -637,7 +638,7 @@ def _second_look(function, inputs, entries, judged, tolerances):
             new_judged.append(judgement)
             continue
         looks = look_at_elements(function, inputs, i, elements.tolist(), tolerances.step)
-        scale = truth_scale(_truths(e.values))
+        scale = max(truth_scale(_truths(e.values)), tolerances.unit)
         excess = excess.copy()
         kinked, noisy = set(), set()
         for k in failing:

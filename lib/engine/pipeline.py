@@ -15,11 +15,12 @@ from typing import Any, Callable, Hashable, Sequence
 import numpy as np
 import torch
 
+from .conditions import check_conditions
 from .diagnosis import confirm, diagnose, diagnose_failure
 from .evaluate import DEFAULT_BUDGET_BYTES, summed_gradients, numerical_entries, numerical_gradient, numerical_jacobian, product_noise, with_values
 from .judge import JacobianVerdict, check_jacobian, compare_entries, tolerances_text, truth_label, truth_scale
 from .planning import DifferencePlan, plan_differences
-from .report import PAIRS, Failure, GradientReport, InputComparison, Verdict, error_map, non_finite
+from .report import PAIRS, Conditions, Failure, GradientReport, InputComparison, Verdict, error_map, non_finite
 from .signature import Signature, name_element, read_signature
 from .second_order import check_second_order
 from .tolerances import Tolerances, default_tolerances
@@ -42,20 +43,22 @@ def _gradients(function: Callable[..., Tensor], inputs: Sequence[Tensor], upstre
     xs = [x.detach().requires_grad_() for x in inputs]
     with torch.enable_grad():
         y = function(*xs)
-        grads = torch.autograd.grad(y, xs, upstream.to(dtype=y.dtype), allow_unused=True)
+        # a copy: a backward may write into grad_output, and the caller's upstream must survive it
+        grads = torch.autograd.grad(y, xs, upstream.to(dtype=y.dtype).clone(), allow_unused=True)
     return [_numpy(g, x) for g, x in zip(grads, xs)]
 
 
 def _jacobian(function: Callable[..., Tensor], inputs: Sequence[Tensor], index: int) -> np.ndarray:
-    """Row by row through the function's backward (small inputs only)."""
-    xs = [x.detach().requires_grad_(i == index) for i, x in enumerate(inputs)]
+    """Row by row through the function's backward (small inputs only), every input requiring a
+    gradient as in the plain verdict (the conditions try the others)."""
+    xs = [x.detach().requires_grad_() for x in inputs]
     with torch.enable_grad():
         y = function(*xs)
         rows = []
         for k in range(y.numel()):
             e = torch.zeros(y.numel(), dtype=y.dtype, device=y.device)
             e[k] = 1
-            (row,) = torch.autograd.grad(y, xs[index], e.reshape(y.shape), retain_graph=True, allow_unused=True)
+            (row,) = torch.autograd.grad(y, xs[index], e.reshape(y.shape), retain_graph=True, allow_unused=True)  # e: fresh each row
             rows.append(_numpy(row, xs[index]).reshape(-1))
     return np.stack(rows) if rows else np.zeros((0, xs[index].numel()))
 
@@ -143,7 +146,20 @@ def _second_point(problem: Problem, plans: Sequence[DifferencePlan], trusted: Se
 
 
 def _verdict(jacobian: JacobianVerdict | None, drawn_finding: str | None, failure: Failure | None, diagnosis=None,
-             forward: str = "") -> Verdict:
+             forward: str = "", conditions: Conditions | None = None) -> Verdict:
+    """Never "passes" without saying what it covered, conditions included; a failure leads with
+    its diagnosis, and one under a condition alone with the condition."""
+    plain = _plain_verdict(jacobian, drawn_finding, failure, diagnosis, forward)
+    if conditions is None or not plain.passed:
+        return plain
+    if conditions.failed:  # a crash first: the one a user meets first
+        first = next((r for r in conditions.failed if r.failure is not None), conditions.failed[0])
+        return Verdict("fail", plain.coverage, first.finding, failure=first.failure, condition=first.name)
+    return replace(plain, conditions=conditions.describe())
+
+
+def _plain_verdict(jacobian: JacobianVerdict | None, drawn_finding: str | None, failure: Failure | None, diagnosis=None,
+                   forward: str = "") -> Verdict:
     """Never "passes" without saying what it covered; a failure leads with its diagnosis; a
     forward that differs from its reference fails, whatever its backward does against itself."""
     why = diagnosis.words if diagnosis is not None and diagnosis.findings else ""
@@ -205,6 +221,8 @@ class Problem:
     structure_key: Hashable = None  # names the reference and its settings, for a pattern kept across points
     failure: Failure | None = None  # the formula's (or reference's) forward, where it raised while the signature was read
     role: str = "reference"  # the reference's role (``judge.ROLES``): "surrogate" where it is the declared intended gradient
+    given: tuple = ()  # every input as given, differentiable or not: what a condition changes
+    remake: Callable[..., Problem] | None = None  # (given, formula=wrap, reference=wrap) -> the same problem on other inputs
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -224,6 +242,14 @@ def problem(formula: str, function: Callable[..., Any], reference: Callable[...,
 
     A ``surrogate`` (plain torch ops whose autograd gradient is the *intended* one, its forward
     the formula's) takes the reference's place as the only truth."""
+    def remake(given: Sequence[Any], formula: Callable | None = None, reference: Callable | None = None) -> Problem:
+        """The same formula and truth on other inputs, each optionally wrapped (a condition's way
+        of changing how they are called); its pattern is planned afresh."""
+        wrap = lambda w, f: w(f) if w is not None and f is not None else f  # noqa: E731
+        return problem(formula_name, wrap(formula, function), wrap(reference, given_reference), given, names, loss, outputs=outputs,
+                       constants=constants, surrogate=wrap(reference, surrogate))
+
+    formula_name, given_reference = formula, reference
     inputs = tuple(x.detach() if isinstance(x, Tensor) else x for x in inputs)
     role = "surrogate" if surrogate is not None else "reference"
     reference = surrogate if surrogate is not None else reference
@@ -231,10 +257,10 @@ def problem(formula: str, function: Callable[..., Any], reference: Callable[...,
         signature = read_signature((function, reference), inputs, names, outputs, constants)
     except Exception as error:  # noqa: BLE001 - the code under test may be broken; the last to raise is named
         failure = Failure.of("reference" if reference is not None else "forward", error)
-        return Problem(formula, None, None, (), None, lambda y: y.sum(), structure_key, failure, role)
+        return Problem(formula, None, None, (), None, lambda y: y.sum(), structure_key, failure, role, inputs, remake)
     canonical = lambda f: signature.canonical(f, inputs) if f is not None else None  # noqa: E731
     return Problem(formula, canonical(function), canonical(reference), signature.split(inputs), signature,
-                   lambda y: loss(*signature.unpack(y)), structure_key, role=role)
+                   lambda y: loss(*signature.unpack(y)), structure_key, role=role, given=inputs, remake=remake)
 
 
 def _outputs(problem: Problem) -> tuple[Tensor | None, Tensor | None, Failure | None]:
@@ -258,23 +284,6 @@ def _analytic(run, inputs, upstream) -> tuple[list[np.ndarray] | None, Failure |
         return _gradients(run, inputs, upstream), None
     except Exception as error:  # noqa: BLE001
         return None, Failure.of("backward", error)
-
-
-def _alone(run, inputs, names, upstream) -> Failure | None:
-    """The formula's backward with one input at a time requiring a gradient, as autograd calls it
-    when the others are frozen: a backward that reads ``needs_input_grad`` may raise only then
-    (a variable left unbound). Its first exception, with the condition that triggers it."""
-    if len(inputs) < 2:
-        return None
-    for index, name in enumerate(names):
-        xs = [x.detach().requires_grad_(i == index) for i, x in enumerate(inputs)]
-        try:
-            with torch.enable_grad():
-                y = run(*xs)
-                torch.autograd.grad(y, xs[index], upstream.to(dtype=y.dtype), allow_unused=True)
-        except Exception as error:  # noqa: BLE001 - the formula's backward, under a condition it did not expect
-            return Failure.of("backward", error, when=f"only {name} requires a gradient")
-    return None
 
 
 def forward_difference(formula_output: Tensor, reference_output: Tensor, tolerances: Tolerances,
@@ -370,7 +379,6 @@ def evaluate(problem: Problem, tolerances: Tolerances, plans: Sequence[Differenc
     if failure is None:
         analytic, failure = _analytic(run, inputs, drawn)
         analytic = analytic if analytic is not None else blank
-        failure = failure or _alone(run, inputs, problem.names, drawn)
     if failure is None:
         plans = list(plans) if plans is not None else plan(problem, tolerances, budget_bytes=budget_bytes, work_limit=work_limit)
         _require_work(plans, inputs, 1, work_limit)
@@ -411,6 +419,9 @@ def check(
     budget_bytes: int = DEFAULT_BUDGET_BYTES,
     work_limit: float = math.inf,
     order: int = 2,
+    conditions: str = "default",
+    unit: float = 0.0,
+    diagnose_it: bool = True,
 ) -> GradientReport:
     """Analytic vs reference vs numerical, stage by stage: plan (unless ``plans`` are given, as the
     guard made them) and evaluate, judge the whole Jacobian (``judge``), the drawn gradient for
@@ -420,12 +431,16 @@ def check(
     The code under test raising in forward or backward is reported, not raised. Finite
     differences that would take more than ``work_limit`` element evaluations are refused
     (LabError) after planning, before they run. ``order=1``: the formula is meant to be
-    differentiated once, and the second order is not checked (it says so).
+    differentiated once, and the second order is not checked (it says so). ``conditions``
+    (``conditions.CONDITION_SETS``): the verdict again under each condition (requires_grad
+    subsets, grad_output and input layouts, aliasing, sizes, ties), "none" for the plain one alone.
+    ``unit``: a floor under atol's unit (``Tolerances.unit``); ``diagnose_it=False``: no diagnosis
+    (a condition's check where the plain verdict already has one).
     """
     inputs, names = problem.inputs, problem.names
     dtype = next((x.dtype for x in inputs), torch.float64)
     device, dtype_name = str(inputs[0].device) if inputs else "cpu", str(dtype).removeprefix("torch.")
-    tolerances = default_tolerances(dtype, step=step, atol=atol, rtol=rtol)
+    tolerances = replace(default_tolerances(dtype, step=step, atol=atol, rtol=rtol), unit=unit)
     outputs, forward, forward_error = None if problem.failure else _outputs(problem), "", math.nan
     if outputs and outputs[0] is not None and outputs[1] is not None:  # the truth's forward must be the formula's
         forward = forward_difference(outputs[1], outputs[0], tolerances, problem.output_element, problem.role)
@@ -448,13 +463,22 @@ def check(
         # the reference is the second order's truth only where it is the first order's
         second = check_second_order(run, None if jacobian.coverage.unreproduced else reference, inputs, problem.loss, tolerances,
                                     first_order_passed=jacobian.passed, seed=seed, names=names, declared_order=order, role=problem.role)
+    found = None
+    if e.failure is None:  # the same verdict under each condition, on the same truth and tolerances
+        unit = max((s for s in jacobian.scales if s is not None), default=0.0)  # the plain case's, where a changed one vanishes
+
+        def judge_point(changed: Problem) -> GradientReport:  # a failing plain verdict has its diagnosis already
+            return check(changed, family=family, seed=seed, step=step, atol=atol, rtol=rtol, jacobian_limit=0, budget_bytes=budget_bytes,
+                         work_limit=work_limit, order=1, conditions="none", unit=unit, diagnose_it=jacobian.passed)
+
+        found = check_conditions(problem, tolerances, jacobian, e.plans, judge_point, which=conditions, seed=seed, budget_bytes=budget_bytes)
     comparisons = _maps(problem, e, jacobian, tolerances, jacobian_limit, budget_bytes)
     trusted = [jacobian is not None and jacobian.coverage.judged_by_reference(name) for name in names]
     drawn = None if e.failure else _drawn_gradient_finding(comparisons, tolerances, trusted, jacobian.second_looked,
                                                            [_gradient_noise(run, inputs, p, e.upstream, budget_bytes) for p in e.plans],
                                                            jacobian.scales, problem.role)
     diagnosis = diagnose_failure(e.failure, inputs) if e.failure is not None else None  # diagnose
-    if jacobian is not None:
+    if jacobian is not None and diagnose_it:
         second_wrong = second is not None and second.failed
         summed = summed_gradients(run, inputs) if not jacobian.passed else []
         diagnosis = diagnose(jacobian, [_numpy(x, x) for x in inputs], tolerances, second_order_wrong=second_wrong, summed=summed)
@@ -469,7 +493,7 @@ def check(
         forward_max_error=forward_error,
         inputs=tuple(comparisons),
         cosine=_cosine(np.concatenate([a.ravel() for a in e.analytic]), np.concatenate([r.ravel() for r in e.referenced])),
-        verdict=_verdict(jacobian, drawn, e.failure, diagnosis, forward),
+        verdict=_verdict(jacobian, drawn, e.failure, diagnosis, forward, found),
         evaluations=sum(p.evaluations for p in e.plans) if e.failure is None else 0,
         failure=e.failure,
         notes=tuple(c.non_finite["input"].describe(c.name) for c in comparisons if c.non_finite["input"].count),
@@ -478,6 +502,7 @@ def check(
         second_order=second,
         diagnosis=diagnosis,
         signature=problem.signature,
+        conditions=found,
     )
 
 

@@ -89,9 +89,9 @@ def jacobian_rows(function: Callable[..., Tensor], inputs: Sequence[Tensor], bud
         basis[torch.arange(k), torch.arange(start, start + k)] = 1.0
         basis = basis.reshape(k, *y.shape)
         try:
-            rows = torch.autograd.grad(y, xs, basis, retain_graph=True, is_grads_batched=True, allow_unused=True)
+            rows = torch.autograd.grad(y, xs, basis.clone(), retain_graph=True, is_grads_batched=True, allow_unused=True)  # a backward may write into it
         except Exception:  # noqa: BLE001 - a backward without a vmap rule: one row at a time
-            per_row = [torch.autograd.grad(y, xs, e, retain_graph=True, allow_unused=True) for e in basis]
+            per_row = [torch.autograd.grad(y, xs, e.clone(), retain_graph=True, allow_unused=True) for e in basis]
             rows = [None if r[0] is None else torch.stack(r) for r in zip(*per_row)]
         # None: the output does not depend on that input at all
         yield start, [
@@ -231,12 +231,12 @@ def _nonzero_products(y: Tensor, xs: Sequence[Tensor], upstreams: Tensor, budget
             raise NotImplementedError
         for first in range(0, k, batch):
             chunk = upstreams[first : first + batch]
-            grads = torch.autograd.grad(y, xs, chunk, retain_graph=True, is_grads_batched=True, allow_unused=True)
+            grads = torch.autograd.grad(y, xs, chunk.clone(), retain_graph=True, is_grads_batched=True, allow_unused=True)
             chunks.append((chunk.shape[0], [None if g is None else (g.detach() != 0).reshape(chunk.shape[0], -1).cpu().numpy() for g in grads]))
     except Exception:  # noqa: BLE001 - a backward that vmap cannot run (or nothing to batch): one call per upstream
         chunks = []
         for u in upstreams:
-            grads = torch.autograd.grad(y, xs, u, retain_graph=True, allow_unused=True)
+            grads = torch.autograd.grad(y, xs, u.clone(), retain_graph=True, allow_unused=True)
             chunks.append((1, [None if g is None else (g.detach() != 0).reshape(1, -1).cpu().numpy() for g in grads]))
     found: list[np.ndarray | None] = []
     for i, x in enumerate(xs):

@@ -46,9 +46,77 @@ class Failure:
         return "the reference" if self.stage == "reference" else "the formula"
 
     def __str__(self) -> str:
-        where = "in forward" if self.stage == "reference" else f"in {self.stage}"
         when = f" when {self.when}" if self.when else ""
-        return f"{where}{when}: {self.kind}: {self.message}"
+        return f"{self.where}{when}: {self.kind}: {self.message}"
+
+    @property
+    def where(self) -> str:
+        return "in forward" if self.stage == "reference" else f"in {self.stage}"
+
+    @property
+    def unconditioned(self) -> str:
+        """Its words without the condition, for a sentence that names the condition first."""
+        return f"{self.where}: {self.kind}: {self.message}"
+
+
+CONDITION_OUTCOMES = ("pass", "fail", "as plain", "not applicable")  # "as plain": the plain gradient again, which fails
+
+
+@dataclass(frozen=True)
+class ConditionResult:
+    """The verdict under one condition (``lib.engine.conditions``): how the case was changed, and
+    what the formula's backward did there."""
+
+    name: str  # reads after "when": "only x2 requires a gradient", "grad_output is transposed"
+    group: str  # one of conditions.GROUPS
+    label: str  # its words inside its group's: "transposed" (of "grad_output transposed, sliced")
+    outcome: str  # one of CONDITION_OUTCOMES
+    finding: str = ""  # what went wrong there, or why it does not apply, in words
+    failure: Failure | None = None  # the code under test raised under it
+    worst: str = ""  # the element worst off, named (``x1[2, 3]``), where one is
+
+    @property
+    def failed(self) -> bool:
+        return self.outcome == "fail"
+
+
+@dataclass(frozen=True)
+class Conditions:
+    """Every condition the verdict ran under, and what the formula does without needing to."""
+
+    results: tuple[ConditionResult, ...]
+    notes: tuple[str, ...] = ()  # not errors: a gradient computed that no input needed
+
+    @property
+    def failed(self) -> tuple[ConditionResult, ...]:
+        return tuple(r for r in self.results if r.failed)
+
+    @property
+    def ran(self) -> tuple[ConditionResult, ...]:
+        return tuple(r for r in self.results if r.outcome != "not applicable")
+
+    def describe(self) -> str:
+        """What was covered: "14 conditions: every subset of requires_grad (2), grad_output
+        expanded, transposed and sliced, …"."""
+        groups: dict[str, list[ConditionResult]] = {}
+        for r in self.ran:
+            groups.setdefault(r.group, []).append(r)
+        parts = []
+        for group, results in groups.items():
+            labels = [r.label for r in results]
+            if group == "requires_grad":
+                parts.append(f"every subset of requires_grad ({len(labels)})" if results[0].label == "every" else
+                             f"{len(labels)} subsets of requires_grad")
+            elif group in ("grad_output", "inputs"):
+                parts.append(f"{group} {_and(labels)}")
+            else:
+                parts.extend(labels)
+        count = len(self.ran)
+        return f"{count} condition{'s' if count != 1 else ''}: {', '.join(parts)}" if count else "no condition"
+
+
+def _and(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
 
 
 OUTCOMES = ("pass", "fail", "no verdict")
@@ -65,6 +133,8 @@ class Verdict:
     why: str = ""  # the diagnosis, where it names a cause
     failure: Failure | None = None  # the code under test raised
     forward: str = ""  # the formula's forward differs from its reference's (or surrogate's): then the backward is judged by its own
+    condition: str = ""  # the condition it fails under where it passes without it ("only x2 requires a gradient")
+    conditions: str = ""  # the conditions it also passed under, described (``Conditions.describe``)
 
     @property
     def passed(self) -> bool:
@@ -73,6 +143,8 @@ class Verdict:
     @property
     def text(self) -> str:
         """The sentence without its leading outcome word."""
+        if self.condition:
+            return f"when {self.condition}: {self.finding}. Without it, it passes: {self.coverage}"
         if self.failure is not None:
             raised = f"{self.failure.whose} raised {self.failure}"
             return f"{self.why}. {raised[0].upper()}{raised[1:]}" if self.why else raised
@@ -82,7 +154,7 @@ class Verdict:
         if self.outcome == "no verdict":
             return f"the truth is not finite anywhere, so nothing could be compared ({self.coverage})"
         if self.outcome == "pass":
-            return self.coverage
+            return f"{self.coverage}; and under {self.conditions}" if self.conditions else self.coverage
         why = f"{self.why}. " if self.why else ""
         return f"{why}{self.finding} (checked {self.coverage})"
 
@@ -194,6 +266,7 @@ class GradientReport:
     second_order: SecondOrderVerdict | None = None
     diagnosis: Diagnosis | None = None  # why the formula is wrong, where it is
     signature: Signature | None = None  # what the Function takes and gives; None when no forward ran
+    conditions: Conditions | None = None  # the verdict again under each condition; None: not run
 
     def passed(self, order: int = 2) -> bool:
         """The first-order verdict passes and, with ``order=2``, the second order is not wrong

@@ -14,6 +14,10 @@ class Tolerances:
     step: float
     atol: float
     rtol: float
+    # the smallest unit atol is taken in (a floor under judge.truth_scale): a changed case whose
+    # Jacobian vanishes by cancellation (f(x, x) of a cosine) is judged in the plain case's unit,
+    # not in its own rounding's
+    unit: float = 0.0
 
 
 # The verdict's own: atol is in units of the truth's largest |value| (lib.engine.judge.truth_scale),

@@ -250,8 +250,11 @@ def test_a_backward_that_raises_only_when_one_input_needs_a_gradient_is_the_form
     for shape in ((2, 3), (16, 32)):  # small enough for the drawn Jacobians, and not
         x = torch.randn(shape, dtype=F64)
         report = check_gradients(shipped.ProductNeedsBoth, (x, x.flip(0)))
-        assert report.failure.stage == "backward" and report.failure.kind == "UnboundLocalError"
-        assert report.failure.when == "only x2 requires a gradient" and not report.verdict.passed
+        failure = report.verdict.failure  # the plain verdict passes: the condition alone fails it, and is named
+        assert report.failure is None and report.jacobian.passed
+        assert failure.stage == "backward" and failure.kind == "UnboundLocalError"
+        assert failure.when == "only x2 requires a gradient" and not report.verdict.passed
+        assert report.verdict.condition == "only x2 requires a gradient" and report.verdict.summary.startswith("fails: when only x2")
 
 
 def test_a_backward_that_edits_its_saved_tensor_fails_when_called_again_on_the_graph_and_never_crashes():

@@ -1,0 +1,515 @@
+"""Conditions: the verdict again where the Function will really run.
+
+The plain verdict asks every input to require a gradient, hands backward a fresh dense
+``grad_output``, and draws distinct, contiguous, non-tied inputs. Real backward bugs live outside
+that: a gradient gated on ``ctx.needs_input_grad``, a ``grad_output`` that arrives expanded
+(stride 0, as ``.sum()`` makes it), transposed or as a strided view, an in-place write into it,
+transposed or sliced inputs, the same tensor passed twice, an empty batch, ties and kinks.
+
+Each condition changes how the formula is called and judges its backward there, by one of two
+rules:
+- **the same values** (requires_grad subsets, layouts, hygiene): the formula's vector-Jacobian
+  products under the condition must equal its products without it, for the same random upstream
+  vectors (the plain verdict judged those against the truth entry by entry). Where they differ,
+  they are judged against the truth itself (autograd through the reference where it is a truth,
+  else the plain finite differences), so a condition is never blamed for what it did not change.
+- **other values** (aliasing, sizes, ties): the whole-Jacobian verdict (``judge_point``, the
+  pipeline's ``check``) on the changed case, on a few rows of its batch; at ties, also jointly
+  over each tied group: along a direction that keeps every tie, the function is smooth, and the
+  backward's directional derivative must be the one-sided differences' common value (a max that
+  gives every tied element the whole gradient passes entry by entry, and fails here).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from .evaluate import numerical_gradient
+from .judge import JacobianVerdict, compare_entries, truth_label, truth_scale
+from .report import ConditionResult, Conditions, Failure
+from .signature import name_element
+from .tolerances import Tolerances
+
+Tensor = torch.Tensor
+
+GROUPS = ("requires_grad", "grad_output", "inputs", "aliasing", "size", "ties")
+CONDITION_SETS = ("default", "all", "none")  # lib.check --conditions, check(conditions=...)
+PROBES = 2  # random upstream vectors per same-values condition
+SUBSETS_UP_TO = 4  # every non-empty subset of requires_grad up to this many inputs; beyond, a sample
+VALUE_ROWS = 4  # the rows of the batch the other-values conditions run on by default ("all": every row)
+TIE_SLOPE_RTOL = 1e-4  # the tied directions' rule: far above the one-sided differences' own error, far below a wrong split
+
+
+# ---- layouts: the same values, the strides real code meets --------------------------------------
+
+
+def laid_out(t: Tensor, layout: str) -> Tensor | None:
+    """``t``'s values in ``layout`` (None where it cannot have one): "dense" (a fresh contiguous
+    copy), "expanded" (stride 0, as ``.sum()`` hands it: ``t`` must be constant), "transposed"
+    (column-major), "sliced" (every other element of a larger buffer, at storage offset 1)."""
+    if layout == "dense":
+        return t.clone(memory_format=torch.contiguous_format)
+    if layout == "expanded":
+        return t.reshape(-1)[:1].clone().reshape(()).expand(t.shape) if t.numel() else None
+    if layout == "transposed":
+        return t.mT.contiguous().mT if t.dim() >= 2 and t.shape[-1] > 1 and t.shape[-2] > 1 else None
+    if layout == "sliced":
+        if t.dim() == 0:
+            return None
+        buffer = t.new_zeros(*t.shape[:-1], 2 * t.shape[-1] + 1)
+        view = buffer[..., 1::2]
+        view.copy_(t)
+        return view
+    raise ValueError(f"unknown layout {layout!r}")
+
+
+def laid_out_input(x: Tensor, layout: str) -> Tensor:
+    """``x`` in ``layout``, differentiably (the formula's gradient flows back to ``x``)."""
+    if layout == "transposed" and x.dim() >= 2 and x.shape[-1] > 1 and x.shape[-2] > 1:
+        return x.mT.contiguous().mT
+    if layout == "sliced" and x.dim() >= 1:
+        return torch.stack([torch.zeros_like(x), x], dim=-1).flatten(-2)[..., 1::2]
+    return x
+
+
+class _HandOn(torch.autograd.Function):
+    """The identity, whose backward hands the gradient on in a layout, keeping a copy of what it
+    handed so that a write into it shows."""
+
+    @staticmethod
+    def forward(ctx, y, layout, handed):
+        ctx.layout, ctx.handed = layout, handed
+        return y.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        given = laid_out(g, ctx.layout)
+        given = g.clone() if given is None else given
+        base = given._base if given._base is not None else given  # a view's whole buffer: a write through it shows there
+        ctx.handed.append((given, base, base.clone()))
+        return given, None, None
+
+
+def _written(handed: list) -> str:
+    """How a backward changed the grad_output it was handed, in words; "" where it did not."""
+    for given, base, copy in handed:
+        if not torch.equal(torch.nan_to_num(base, nan=0.0), torch.nan_to_num(copy, nan=0.0)) or \
+                not torch.equal(base.isnan(), copy.isnan()):
+            change = float((base.double() - copy.double()).abs().nan_to_num(nan=math.inf).max())
+            return (f"backward wrote into grad_output in place (by up to {change:.3g}): every other consumer of that "
+                    f"tensor then gets a corrupted gradient")
+    return ""
+
+
+# ---- the conditions ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Backward:
+    """A same-values condition: how the formula is called and handed its upstream."""
+
+    name: str
+    group: str
+    label: str
+    function: Callable[..., Tensor]  # the formula as the condition calls it (canonical form)
+    needs: tuple[bool, ...]  # which inputs require a gradient
+    handed: list | None = None  # where the formula's _HandOn nodes keep what they handed
+    constant: bool = False  # its upstream must be constant (an expanded grad_output): probed with ones
+
+
+def _subsets(n: int, every: bool) -> list[tuple[int, ...]]:
+    """The non-empty proper subsets of range(n): all of them up to SUBSETS_UP_TO inputs (or
+    ``every``), else each input alone and all but each one."""
+    if n < 2:
+        return []
+    if n <= SUBSETS_UP_TO or every:
+        return [s for k in range(1, n) for s in itertools.combinations(range(n), k)]
+    return [(i,) for i in range(n)] + [tuple(j for j in range(n) if j != i) for i in range(n)]
+
+
+def _subset_name(subset: tuple[int, ...], names: Sequence[str]) -> str:
+    if len(subset) == 1:
+        return f"only {names[subset[0]]} requires a gradient"
+    left = [names[i] for i in range(len(names)) if i not in subset]
+    return f"{' and '.join(left)} {'does' if len(left) == 1 else 'do'} not require a gradient"
+
+
+def _with_outputs_handed_on(problem, layout: str, handed: list) -> Callable[..., Tensor] | None:
+    """The formula with each differentiable output passed through ``_HandOn``: its backward is
+    then handed ``grad_output`` in ``layout``, whatever the loss."""
+    def wrap(function):
+        def handing(*args):
+            outputs = function(*args)
+            many = isinstance(outputs, (tuple, list))
+            wrapped = [_HandOn.apply(o, layout, handed) if isinstance(o, Tensor) and o.requires_grad else o
+                       for o in (outputs if many else (outputs,))]
+            return type(outputs)(wrapped) if many else wrapped[0]
+        return handing
+
+    if problem.remake is not None:
+        changed = problem.remake(problem.given, formula=wrap)
+        return changed.function if changed.failure is None else None
+    return wrap(problem.function)
+
+
+def _backwards(problem, every: bool) -> list[_Backward]:
+    names, inputs, n = problem.names, problem.inputs, len(problem.inputs)
+    everyone = (True,) * n
+    found: list[_Backward] = []
+    subsets = _subsets(n, every)
+    for subset in subsets:
+        found.append(_Backward(_subset_name(subset, names), "requires_grad", "every" if n <= SUBSETS_UP_TO or every else "sample",
+                               problem.function, tuple(i in subset for i in range(n))))
+    outputs = problem.signature.packed_shape if problem.signature is not None else ()
+    words = {"dense": ("another consumer shares grad_output", "kept for another consumer"),
+             "expanded": ("grad_output is expanded (stride 0, as .sum() makes it)", "expanded"),
+             "transposed": ("grad_output is transposed", "transposed"),
+             "sliced": ("grad_output is a strided view at an offset", "sliced")}
+    for layout, (name, label) in words.items():
+        kept = [s for s in (problem.signature.outputs if problem.signature is not None else ()) if s.differentiable]
+        shapes = [s.shape for s in kept] or [outputs]
+        if all(laid_out(torch.zeros(shape), layout) is None for shape in shapes):
+            continue  # no output can have this layout (a transposed vector, a view of a scalar)
+        handed: list = []
+        function = _with_outputs_handed_on(problem, layout, handed)
+        if function is not None:
+            found.append(_Backward(name, "grad_output", label, function, everyone, handed, constant=layout == "expanded"))
+    for layout, name, label in (("transposed", "the inputs are transposed", "transposed"),
+                                ("sliced", "the inputs are strided views at an offset", "sliced")):
+        if all(laid_out_input(x, layout) is x for x in inputs):
+            continue
+        base = problem.function
+        found.append(_Backward(name, "inputs", label,
+                               lambda *xs, base=base, layout=layout: base(*(laid_out_input(x, layout) for x in xs)), everyone))
+    return found
+
+
+# ---- judging a backward under a condition -------------------------------------------------------
+
+
+def _products(function, inputs, needs, upstream: Tensor) -> list[np.ndarray | None]:
+    """Per input, the formula's uᵀJ where it requires a gradient (zeros where backward gave
+    none), None where it does not."""
+    xs = [x.detach().requires_grad_(need) for x, need in zip(inputs, needs)]
+    asked = [x for x, need in zip(xs, needs) if need]
+    with torch.enable_grad():
+        y = function(*xs)
+        grads = iter(torch.autograd.grad(y, asked, upstream.to(dtype=y.dtype).clone(), allow_unused=True))
+    found: list[np.ndarray | None] = []
+    for x, need in zip(xs, needs):
+        g = next(grads) if need else None
+        found.append(None if not need else np.zeros(tuple(x.shape)) if g is None else
+                     g.detach().to(device="cpu", dtype=torch.float64).numpy(force=True).copy())
+    return found
+
+
+class _Truths:
+    """The upstream vectors, and per vector the plain products and the truth's, each computed once."""
+
+    def __init__(self, problem, plans, jacobian: JacobianVerdict, tolerances: Tolerances, seed: int, budget_bytes: int):
+        self.problem, self.plans, self.jacobian, self.tolerances, self.budget = problem, plans, jacobian, tolerances, budget_bytes
+        with torch.no_grad():
+            output = problem.function(*problem.inputs)
+        generator = torch.Generator().manual_seed(seed + 7919)
+        self.random = [torch.randn(tuple(output.shape), generator=generator, dtype=torch.float64).to(output) for _ in range(PROBES)]
+        self.ones = [torch.ones_like(output)]
+        self._plain: dict[int, list] = {}
+        self._truth: dict[tuple[int, int], np.ndarray] = {}
+
+    def plain(self, u: Tensor) -> list[np.ndarray | None]:
+        if id(u) not in self._plain:
+            self._plain[id(u)] = _products(self.problem.function, self.problem.inputs, (True,) * len(self.problem.inputs), u)
+        return self._plain[id(u)]
+
+    def truth(self, u: Tensor, i: int) -> tuple[np.ndarray, str]:
+        """The truth's uᵀJ for input i, and its name."""
+        p = self.problem
+        by_reference = self.jacobian.coverage.judged_by_reference(p.names[i]) and p.reference is not None
+        if (id(u), i) not in self._truth:
+            self._truth[(id(u), i)] = (_products(p.reference, p.inputs, (True,) * len(p.inputs), u)[i] if by_reference else
+                                       numerical_gradient(p.function, p.inputs, self.plans[i], u, None, self.budget))
+        return self._truth[(id(u), i)], "reference" if by_reference else "numerical"
+
+    def scale(self, i: int, truth: np.ndarray) -> float:
+        scales = self.jacobian.scales
+        given = scales[i] if i < len(scales) else None
+        return given if given is not None else truth_scale({"truth": truth})
+
+
+def _judge_backward(condition: _Backward, truths: _Truths) -> ConditionResult:
+    p, tolerances = truths.problem, truths.tolerances
+    result = lambda outcome, **kw: ConditionResult(condition.name, condition.group, condition.label, outcome, **kw)  # noqa: E731
+    probes = truths.ones if condition.constant else truths.random
+    same = True
+    for u in probes:
+        if condition.handed is not None:
+            condition.handed.clear()
+        try:
+            got = _products(condition.function, p.inputs, condition.needs, u)
+        except Exception as error:  # noqa: BLE001 - the formula, under a condition it did not expect
+            failure = Failure.of("backward", error, when=condition.name)
+            return result("fail", finding=f"{failure.whose} raised {failure.unconditioned}", failure=failure)
+        written = _written(condition.handed or [])
+        if written:
+            return result("fail", finding=written)
+        plain = truths.plain(u)
+        for i, (mine, before) in enumerate(zip(got, plain)):
+            if mine is None:
+                continue
+            truth, truth_name = truths.truth(u, i)
+            scale = truths.scale(i, truth)
+            if not compare_entries(mine, {"plain": before}, tolerances, scale=scale).failed:
+                continue
+            same = False
+            judged = compare_entries(mine, {truth_name: truth}, tolerances, scale=scale)
+            if judged.failed:
+                flat = int(np.argmax(judged.excess))
+                at = name_element(p.names[i], mine.shape, flat)
+                index = np.unravel_index(flat, mine.shape)
+                return result("fail", worst=at, finding=(
+                    f"the gradient at {at} for a random upstream is {mine[index]:.6g} by the formula's backward, "
+                    f"{truth[index]:.6g} by the {truth_label(truth_name, p.role)} truth, and {before[index]:.6g} without the condition"))
+    if same and not truths.jacobian.passed:  # it changes nothing: the plain verdict's failure stands, and is said there
+        return result("as plain", finding="the same gradient as without the condition")
+    return result("pass")  # the same right gradient, or another one the truth holds right
+
+
+# ---- other values: aliasing, sizes, ties -------------------------------------------------------------
+
+
+def _batch(given: Sequence[Any], wrt: Sequence[int]) -> int | None:
+    """The batch size: the first differentiable input's leading size (None: no batch to slice)."""
+    first = given[wrt[0]] if wrt else None
+    return int(first.shape[0]) if isinstance(first, Tensor) and first.dim() >= 1 else None
+
+
+def _rows(given: Sequence[Any], batch: int, rows: int) -> tuple[Any, ...]:
+    """The first ``rows`` rows of every tensor input whose leading size is the batch's."""
+    return tuple(x[:rows] if isinstance(x, Tensor) and x.dim() >= 1 and x.shape[0] == batch else x for x in given)
+
+
+def _tied(given: Sequence[Any], wrt: Sequence[int]) -> tuple[Any, ...]:
+    """The differentiable inputs rounded to a coarse grid (half their spread): values tie, and
+    many sit exactly at 0, where |x|, ReLU and clamps have their kinks."""
+    changed = list(given)
+    for i in wrt:
+        x = given[i]
+        spread = float(x.double().std()) if x.numel() > 1 else 1.0
+        q = 0.5 * spread if math.isfinite(spread) and spread > 0 else 0.5
+        changed[i] = (torch.round(x / q) * q).to(x.dtype)
+    return tuple(changed)
+
+
+def _jittered(given: Sequence[Any], wrt: Sequence[int], size: float, seed: int) -> tuple[Any, ...]:
+    """The differentiable inputs moved by ``size`` of their spread at random: no ties, no kinks."""
+    generator = torch.Generator().manual_seed(seed + 1299709)
+    changed = list(given)
+    for i in wrt:
+        x = given[i]
+        spread = float(x.double().std()) if x.numel() > 1 else 1.0
+        spread = spread if math.isfinite(spread) and spread > 0 else 1.0
+        changed[i] = x + size * spread * torch.randn(tuple(x.shape), generator=generator, dtype=torch.float64).to(x)
+    return tuple(changed)
+
+
+def _controlled(name: str, group: str, label: str, judge_point, changed, control, control_words: str) -> ConditionResult:
+    """The verdict at the changed case; where it fails, the same change without the condition's
+    own structure (``control``) tells whether the condition is the cause: a formula right only at
+    the user's point (at unit norm, say) fails wherever its values move, ties or not."""
+    result = _from_report(name, group, label, judge_point(changed))
+    if result.failed and control is not None and judge_point.plain_passed and not judge_point(control()).verdict.passed:
+        return ConditionResult(name, group, label, "not applicable",
+                               finding=f"the formula fails {control_words} too, so not because of this condition")
+    return result
+
+
+def _from_report(name: str, group: str, label: str, report) -> ConditionResult:
+    verdict = report.verdict
+    if verdict.passed:
+        return ConditionResult(name, group, label, "pass")
+    if verdict.outcome == "no verdict":
+        return ConditionResult(name, group, label, "not applicable", finding="the truth is not finite there")
+    failure = verdict.failure
+    if failure is not None and failure.stage == "reference":
+        return ConditionResult(name, group, label, "not applicable", finding=f"the reference raises there ({failure.kind})")
+    if failure is not None:
+        failure = Failure(failure.stage, failure.kind, failure.message, when=name)
+    return ConditionResult(name, group, label, "fail", finding=verdict.text, failure=failure)
+
+
+def _empty(problem, given, batch: int) -> ConditionResult:
+    """An empty batch: forward and backward run, and give outputs and gradients of the right
+    (empty) shapes. Nothing to compare element by element."""
+    name, label = "the batch is empty", "an empty batch"
+    result = lambda outcome, **kw: ConditionResult(name, "size", label, outcome, **kw)  # noqa: E731
+    changed = problem.remake(_rows(given, batch, 0))
+    if changed.failure is not None:
+        if changed.failure.stage == "reference" or problem.reference is None:  # nothing says it should take one
+            return result("not applicable", finding=f"the {'reference' if problem.reference is not None else 'forward'} "
+                                                    f"does not take an empty batch ({changed.failure.kind})")
+        failure = Failure(changed.failure.stage, changed.failure.kind, changed.failure.message, when=name)
+        return result("fail", finding=f"{failure.whose} raised {failure.unconditioned}", failure=failure)
+    try:
+        xs = [x.detach().requires_grad_() for x in changed.inputs]
+        with torch.enable_grad():
+            y = changed.function(*xs)
+            if changed.reference is not None:
+                with torch.no_grad():
+                    expected = changed.reference(*changed.inputs)
+                if tuple(expected.shape) != tuple(y.shape):
+                    return result("fail", finding=f"the forward gives an output of shape {tuple(y.shape)}, the reference "
+                                                  f"one of shape {tuple(expected.shape)}")
+            if y.requires_grad:
+                torch.autograd.grad(y, xs, torch.zeros_like(y), allow_unused=True)  # autograd checks the gradients' shapes
+    except Exception as error:  # noqa: BLE001 - the formula, on a batch it did not expect
+        failure = Failure.of("backward", error, when=name)
+        return result("fail", finding=f"{failure.whose} raised {failure.unconditioned}", failure=failure)
+    return result("pass")
+
+
+def _tied_directions(problem, tolerances: Tolerances, seed: int) -> str:
+    """At tied inputs, along directions that keep every tie (each group of equal values moved
+    together; the group at 0 held still where moving it is not smooth): the formula's directional
+    derivative uᵀJd against the one-sided differences' common value. "" where it agrees, or where
+    no such direction is smooth."""
+    inputs, f = problem.inputs, problem.function
+    generator = torch.Generator().manual_seed(seed + 104729)
+    directions = []
+    for x in inputs:
+        values, inverse = torch.unique(x.detach(), return_inverse=True)
+        moves = torch.randn(values.numel(), generator=generator, dtype=torch.float64).to(x)
+        directions.append((moves[inverse], (values == 0)[inverse]))
+    with torch.no_grad():
+        output = f(*inputs)
+    u = torch.randn(tuple(output.shape), generator=generator, dtype=torch.float64).to(output)
+    h = tolerances.step
+
+    def slopes(d):
+        at = lambda t: (u * f(*(x + t * di for x, di in zip(inputs, d)))).double()  # noqa: E731 - per output, weighted
+        with torch.no_grad():
+            f0, r1, r2, l1, l2 = at(0.0), at(h), at(2 * h), at(-h), at(-2 * h)
+        return (-3 * f0 + 4 * r1 - r2) / (2 * h), (3 * f0 - 4 * l1 + l2) / (2 * h)
+
+    for hold_zero in (False, True):
+        d = [torch.where(zero, torch.zeros_like(move), move) if hold_zero else move for move, zero in directions]
+        right, left = slopes(d)
+        if not (torch.isfinite(right).all() and torch.isfinite(left).all()):
+            return ""
+        spread = float(right.abs().sum() + left.abs().sum()) / 2
+        if float((right - left).abs().sum()) > TIE_SLOPE_RTOL * spread + tolerances.atol:
+            continue  # a kink along this direction too: no joint rule there
+        grads = _products(f, inputs, (True,) * len(inputs), u)
+        mine = sum(float((torch.from_numpy(g) * di.double().cpu()).sum()) for g, di in zip(grads, d))
+        truth = float((right + left).sum()) / 2
+        if abs(mine - truth) > TIE_SLOPE_RTOL * spread + tolerances.atol * max(1.0, spread):
+            return (f"along a direction that moves each group of tied values together, where the function is smooth, the "
+                    f"formula's directional derivative is {mine:.6g} and the one-sided differences agree on {truth:.6g}: its "
+                    f"gradient is not a valid subgradient over the tied elements jointly (each tied group's share must add up)")
+        return ""
+    return ""
+
+
+def _other_values(problem, tolerances, judge_point, every: bool, seed: int) -> list[ConditionResult]:
+    if problem.remake is None or not all(bool(torch.isfinite(x).all()) for x in problem.inputs):
+        return []  # at non-finite inputs the plain verdict says what the formula does with them; moved, they mean nothing
+    given, wrt = problem.given, problem.signature.wrt
+    batch = _batch(given, wrt)
+    rows = (lambda g: g) if every or batch is None or batch <= VALUE_ROWS else (lambda g: _rows(g, batch, VALUE_ROWS))
+    found = []
+    names = problem.names
+    pairs = [(a, b) for a, b in itertools.combinations(range(len(wrt)), 2)
+             if tuple(given[wrt[a]].shape) == tuple(given[wrt[b]].shape) and given[wrt[a]].dtype == given[wrt[b]].dtype]
+    for a, b in pairs if every else pairs[:1]:
+        name, label = f"the same tensor is passed as {names[a]} and {names[b]}", f"{names[a]} passed as {names[b]} too"
+        ia, ib = wrt[a], wrt[b]
+
+        def alias(function, ia=ia, ib=ib):
+            return lambda *args: function(*(args[ia] if k == ib else v for k, v in enumerate(args)))
+
+        changed = problem.remake(rows(given), formula=alias, reference=alias)
+        apart = list(rows(given))
+        apart[ib] = _jittered(apart, [ia], 1e-3, seed)[ia]  # nearly the same values, in a tensor of its own
+        found.append(_controlled(name, "aliasing", label, judge_point, changed, lambda: problem.remake(tuple(apart)),
+                                 f"with {names[b]} a tensor of its own at nearly the values of {names[a]}"))
+    if batch is not None and batch > 0:
+        found.append(_empty(problem, given, batch))
+        if batch > 1:
+            changed = problem.remake(_rows(given, batch, 1))
+            found.append(_from_report("the batch has one row", "size", "a batch of one", judge_point(changed)))
+    if problem.reference is not None and problem.role == "reference":
+        tied = _tied(rows(given), wrt)
+        changed = problem.remake(tied)
+        result = _controlled("inputs tie and sit on kinks", "ties", "ties and kinks", judge_point, changed,
+                             lambda: problem.remake(_jittered(tied, wrt, 1e-2, seed)), "at the same values moved apart slightly")
+        if result.outcome == "pass" and changed.failure is None:
+            joint = _tied_directions(changed, tolerances, seed)
+            if joint:
+                result = ConditionResult(result.name, result.group, result.label, "fail", finding=joint)
+        found.append(result)
+    return found
+
+
+# ---- the stage --------------------------------------------------------------------------------------
+
+
+def check_conditions(problem, tolerances: Tolerances, jacobian: JacobianVerdict, plans, judge_point: Callable[[Any], Any], *,
+                     which: str = "default", seed: int = 0, budget_bytes: int) -> Conditions | None:
+    """The verdict under every condition of ``which`` (``CONDITION_SETS``), after the plain one.
+    ``judge_point``: the whole-Jacobian verdict of a changed problem (the pipeline's ``check``)."""
+    if which == "none" or problem.function is None or not problem.inputs:
+        return None
+    if which not in CONDITION_SETS:
+        raise ValueError(f"unknown conditions {which!r}; choose one of: {', '.join(CONDITION_SETS)}")
+    every = which == "all"
+    try:
+        truths = _Truths(problem, plans, jacobian, tolerances, seed, budget_bytes)
+        truths.plain(truths.random[0])
+    except Exception:  # noqa: BLE001 - the plain backward already raised for another upstream: the verdict says so
+        return None
+    results = [_judge_backward(c, truths) for c in _backwards(problem, every)]
+    judge_point.plain_passed = jacobian.passed
+    results += [r if jacobian.passed or not r.failed else  # the plain verdict's failure again, at other values
+                ConditionResult(r.name, r.group, r.label, "as plain", finding="it fails there too, as it does without the condition")
+                for r in _other_values(problem, tolerances, judge_point, every, seed)]
+    return Conditions(tuple(results), _notes(problem, truths))
+
+
+def _notes(problem, truths: _Truths) -> tuple[str, ...]:
+    """Not errors: a backward that computes every input's gradient even when only one is needed
+    (it does not read ``ctx.needs_input_grad``), counted in the operations it runs."""
+    n = len(problem.inputs)
+    if n < 2:
+        return ()
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Counting(TorchDispatchMode):
+        count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Counting.count += 1
+            return func(*args, **(kwargs or {}))
+
+    def operations(needs) -> int:
+        xs = [x.detach().requires_grad_(need) for x, need in zip(problem.inputs, needs)]
+        with torch.enable_grad():
+            y = problem.function(*xs)
+            Counting.count = 0
+            with Counting():
+                torch.autograd.grad(y, [x for x in xs if x.requires_grad], truths.random[0].to(y.dtype).clone(), allow_unused=True)
+        return Counting.count
+
+    try:
+        everyone = operations((True,) * n)
+        alone = [operations(tuple(i == j for j in range(n))) for i in range(n)]
+    except Exception:  # noqa: BLE001 - a backward that raises alone is a condition's failure, said there
+        return ()
+    if everyone and all(a >= everyone for a in alone):
+        return (f"its backward runs all {everyone} operations even when one input alone needs a gradient: it computes gradients "
+                f"nobody asked for (it does not read ctx.needs_input_grad; not an error, a cost)",)
+    return ()
