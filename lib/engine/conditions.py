@@ -98,7 +98,7 @@ class _HandOn(torch.autograd.Function):
 
 def _written(handed: list) -> str:
     """How a backward changed the grad_output it was handed, in words; "" where it did not."""
-    for given, base, copy in handed:
+    for _, base, copy in handed:
         if not torch.equal(torch.nan_to_num(base, nan=0.0), torch.nan_to_num(copy, nan=0.0)) or \
                 not torch.equal(base.isnan(), copy.isnan()):
             change = float((base.double() - copy.double()).abs().nan_to_num(nan=math.inf).max())
@@ -435,7 +435,7 @@ def _other_values(problem, tolerances, judge_point, every: bool, seed: int) -> l
         changed = problem.remake(rows(given), formula=alias, reference=alias)
         apart = list(rows(given))
         apart[ib] = _jittered(apart, [ia], 1e-3, seed)[ia]  # nearly the same values, in a tensor of its own
-        found.append(_controlled(name, "aliasing", label, judge_point, changed, lambda: problem.remake(tuple(apart)),
+        found.append(_controlled(name, "aliasing", label, judge_point, changed, lambda apart=apart: problem.remake(tuple(apart)),
                                  f"with {names[b]} a tensor of its own at nearly the values of {names[a]}"))
     if batch is not None and batch > 0:
         found.append(_empty(problem, given, batch))
