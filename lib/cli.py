@@ -1,12 +1,12 @@
 """The ``gradient-lab`` command, for test suites, CI and the dashboard:
 
     gradient-lab check path/or/module [--family NAME] [--shape 8,16] [--dtype float64] [--seed 0]
-                       [--order 1|2] [--format text|json|junit] [--report report.html]
+                       [--order 1|2] [--conditions default|all|none] [--format text|json|junit] [--report report.html]
     gradient-lab app [--functions MODULE ...] [streamlit options, e.g. --server.port 8600]
 
 ``check`` loads the module as ``--functions`` does (``app.plugins``, with the same messages) and, for
 every family the module declares and every formula, runs what the home page runs: the
-whole-Jacobian verdict with its coverage, the diagnosis, the second order, PyTorch's own
+whole-Jacobian verdict with its coverage and its conditions, the diagnosis, the second order, PyTorch's own
 conformance checks, and the Function contract's lint (``contract.anatomy``). The text format is a
 table that reads at 100 columns; JSON is for machines; JUnit XML gives CI systems one test case per
 formula. ``--report`` also writes one self-contained HTML file (``present.html_report``).
@@ -38,6 +38,7 @@ from xml.etree import ElementTree
 from .app import plugins, views
 from .app.case import Case
 from .engine.report import GradientReport
+from .engine.conditions import CONDITION_SETS
 from .engine.second_order import FAILING
 from .contract.conformance import Check
 from .errors import LabError
@@ -160,7 +161,8 @@ def check_formula(case: Case, formula: str, correct: bool) -> FormulaResult:
 
 
 def check_module(source: str, *, family: str | None = None, shape: tuple[int, ...] = (8, 16), dtype: str = "float64",
-                 seed: int = 0, order: int | None = None, progress: Progress | None = None) -> list[FormulaResult]:
+                 seed: int = 0, order: int | None = None, progress: Progress | None = None,
+                 conditions: str = "default") -> list[FormulaResult]:
     """Every formula of every family ``source`` declares (or of ``family`` alone), to ``order``
     (None: as each family declares). Raises LabError when the module cannot be loaded or declares
     no such family."""
@@ -178,7 +180,7 @@ def check_module(source: str, *, family: str | None = None, shape: tuple[int, ..
         declared = get_family(name)
         for formula, spec in declared.formulas.items():
             progress.say(f"checking {name} / {formula} …")
-            case = Case(family=name, formulas=(formula,), shape=shape, dtype=dtype, seed=seed, order=order)
+            case = Case(family=name, formulas=(formula,), shape=shape, dtype=dtype, seed=seed, order=order, conditions=conditions)
             results.append(check_formula(case, formula, spec.correct))
     return results
 
@@ -253,6 +255,15 @@ def junit_xml(results: Sequence[FormulaResult]) -> str:
             ElementTree.SubElement(case, "skipped", message=f"warning: declared buggy yet passes on this case: {_cut(r.summary, 200)}")
         else:
             ElementTree.SubElement(case, "system-out").text = f"{r.status}: {r.summary}"
+        for c in r.report.conditions.results if r.report is not None and r.report.conditions is not None else ():
+            sub = ElementTree.SubElement(suite, "testcase", classname=f"gradient_lab.{r.family}.{r.formula}", name=f"when {c.name}", time="0")
+            if c.outcome == "fail" and r.correct:
+                ElementTree.SubElement(sub, "failure", message=_cut(c.finding, 300), type="condition fail").text = c.finding
+            elif c.outcome in ("not applicable", "as plain"):
+                ElementTree.SubElement(sub, "skipped", message=f"{c.outcome}: {_cut(c.finding, 200)}")
+    suite.set("tests", str(len(suite)))
+    suite.set("failures", str(sum(1 for t in suite for child in t if child.tag == "failure")))
+    suite.set("skipped", str(sum(1 for t in suite for child in t if child.tag == "skipped")))
     root = ElementTree.Element("testsuites")
     root.append(suite)
     ElementTree.indent(root)
@@ -278,6 +289,9 @@ def _check_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--shape", type=_shape, default=(8, 16), help="the inputs' shape, e.g. 8,16 (default) or 4,8,16")
     p.add_argument("--dtype", choices=DTYPES, default="float64")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--conditions", choices=CONDITION_SETS, default="default",
+                   help="the verdict again under conditions (requires_grad subsets, grad_output and input layouts, aliasing, an empty "
+                        "batch, ties): default, all (every subset, every row), or none")
     p.add_argument("--order", type=int, choices=(1, 2), default=None,
                    help="check the gradients to this order: 1 leaves double backward unchecked (default: as each family declares, else 2)")
     p.add_argument("--format", choices=FORMATS, default="text", help="text (a table), json, or junit (XML)")
@@ -306,7 +320,7 @@ def check(args: argparse.Namespace) -> int:
     progress = Progress()
     try:
         results = check_module(args.source, family=args.family, shape=args.shape, dtype=args.dtype, seed=args.seed,
-                               order=args.order, progress=progress)
+                               order=args.order, progress=progress, conditions=args.conditions)
     except LabError as error:
         print(f"gradient lab: cannot check {args.source}: {error}", file=sys.stderr)
         return 2

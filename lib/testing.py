@@ -57,10 +57,12 @@ def as_family(function, inputs: Sequence[Tensor], reference=None, name: str | No
 
 
 def check_gradients(function, inputs: Tensor | Sequence[Tensor], *, reference=None, surrogate=None, order: int = 2, seed: int = 0,
-                    step: float | None = None, atol: float | None = None, rtol: float | None = None) -> GradientReport:
+                    step: float | None = None, atol: float | None = None, rtol: float | None = None,
+                    conditions: str = "default") -> GradientReport:
     """The app's gradient report for ``function`` on ``inputs`` (copies; the inputs are not changed).
     ``surrogate``: plain torch ops whose autograd gradient is the intended one (see ``declare``);
-    ``order=1``: the second order is not checked."""
+    ``order=1``: the second order is not checked; ``conditions``: "default", "all" or "none" (the
+    verdict again with requires_grad subsets, grad_output and input layouts, aliasing, sizes, ties)."""
     inputs = (inputs,) if isinstance(inputs, Tensor) else tuple(inputs)
     if not all(isinstance(x, Tensor) for x in inputs) or not any(differentiable(x) for x in inputs):
         raise TypeError("inputs must be one floating-point tensor or a sequence of tensors with at least one floating-point "
@@ -69,18 +71,19 @@ def check_gradients(function, inputs: Tensor | Sequence[Tensor], *, reference=No
     if order not in (1, 2):
         raise ValueError(f"order must be 1 or 2, not {order!r}")
     family = as_family(function, copies, reference, surrogate=surrogate, order=order)
-    return compare_gradients(family, family.name, copies, seed=seed, step=step, atol=atol, rtol=rtol, order=order)
+    return compare_gradients(family, family.name, copies, seed=seed, step=step, atol=atol, rtol=rtol, order=order, conditions=conditions)
 
 
 def assert_gradients_match(function, inputs: Tensor | Sequence[Tensor], reference: Callable[..., Tensor] | None = None, *,
                            surrogate: Callable[..., Tensor] | None = None, order: int = 1, seed: int = 0, step: float | None = None,
-                           atol: float | None = None, rtol: float | None = None) -> GradientReport:
+                           atol: float | None = None, rtol: float | None = None, conditions: str = "default") -> GradientReport:
     """Raise AssertionError unless ``function``'s backward matches the truth on every Jacobian
     entry at ``inputs`` (and, with ``order=2``, its double backward does too, or is not
     differentiable by design, ``@once_differentiable``); return the report. ``surrogate``: the
-    intended gradient, where it is not the derivative of forward (see ``declare``)."""
+    intended gradient, where it is not the derivative of forward (see ``declare``). ``conditions``:
+    which conditions the match must also hold under ("default", "all", "none")."""
     report = check_gradients(function, inputs, reference=reference, surrogate=surrogate, order=order, seed=seed, step=step,
-                             atol=atol, rtol=rtol)
+                             atol=atol, rtol=rtol, conditions=conditions)
     for observe in _OBSERVERS:
         observe(report, order, _name(function))
     if report.passed(order):
@@ -92,6 +95,8 @@ def failure_message(report: GradientReport, order: int = 1) -> str:
     """What went wrong, for a CI log: the diagnosis first, then the worst element and the coverage."""
     wrap = lambda text, lead="  ": textwrap.fill(text, WIDTH, initial_indent=lead, subsequent_indent=lead + "  ")  # noqa: E731
     lines = [f"gradients of {report.formula} do not match the truth ({report.dtype} on {report.device})"]
+    if report.verdict.condition:  # right as gradcheck calls it, wrong as real code does
+        lines.append(wrap(f"why: it fails only when {report.verdict.condition}: {report.verdict.finding}"))
     if report.diagnosis and report.diagnosis.findings:
         lines.append(wrap(f"why: {report.diagnosis.words}"))
         lines += [wrap(f"evidence: {f.evidence}", "    ") for f in report.diagnosis.findings]

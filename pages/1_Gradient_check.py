@@ -20,6 +20,7 @@ from gradient_lab.present.figures.check import (
     step_sweep_figure,
     worst_elements,
 )
+from gradient_lab.present.cards import conditions_line as card_conditions, condition_rows
 from gradient_lab.present.report_data import drawable, element_rows, pair_name, plan_sources, shown, summary
 from gradient_lab.present.reproduce import file_name, python_snippet
 
@@ -62,6 +63,16 @@ with ui.guard("This page"):
             st.stop()
         if report.failure:
             st.error(f"The formula raised {report.failure}. Its gradients are blank below; the reference's are shown.", icon=":material/error:")
+
+    # ---- the conditions: where the Function will really run -----------------------------------------
+    if report is not None and report.conditions is not None:
+        with st.expander(f"Conditions: {card_conditions(report)[1]}", expanded=bool(report.conditions.failed)):
+            st.caption("The verdict again as real code calls the backward: with only some inputs requiring a gradient, "
+                       "grad_output expanded (as .sum() hands it), transposed or a strided view, inputs transposed or "
+                       "sliced, the same tensor passed twice, an empty batch or one row, tied values and kinks.")
+            st.table(condition_rows(report), border="horizontal")
+            for note in report.conditions.notes:
+                st.caption(note[0].upper() + note[1:] + ".")
 
     # ---- the diagnosis: why, not only where --------------------------------------------------------------
     if report is not None and (report.diagnosis is not None and report.diagnosis.findings or not report.verdict.passed):

@@ -93,9 +93,12 @@ def test_json_is_for_machines(capsys):
 def test_junit_has_one_test_case_per_formula_and_fails_only_the_broken_correct_one(capsys):
     assert cli.main(["check", EXAMPLE, "--format", "junit"]) == 0
     suite = ElementTree.fromstring(capsys.readouterr().out).find("testsuite")
-    cases = {c.get("name"): c for c in suite.iter("testcase")}
+    cases = {c.get("name"): c for c in suite.iter("testcase") if not c.get("name").startswith("when ")}
     assert set(cases) == {"swish", "forgot chain rule", "clamp", "leaks outside", "row max", "to first element", "cross entropy",
                           "forgot the target"} and suite.get("failures") == "0"
+    conditions = [c for c in suite.iter("testcase") if c.get("name").startswith("when ")]  # and one per condition of each
+    assert {c.get("classname") for c in conditions} >= {"gradient_lab.swish.swish", "gradient_lab.row max.row max"}
+    assert int(suite.get("tests")) == len(cases) + len(conditions)
     assert cli.main(["check", BROKEN, "--format", "junit"]) == 1
     suite = ElementTree.fromstring(capsys.readouterr().out).find("testsuite")
     failure = suite.find("testcase").find("failure")

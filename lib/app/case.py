@@ -35,6 +35,7 @@ class Case:
     perturbation: Perturbation = Perturbation()
     upstream: str = "loss"  # the upstream gradient the maps draw: the loss's, "ones" or "random" (seeded)
     order: int | None = None  # how many times the formulas are checked differentiable; None: as the family declares
+    conditions: str = "default"  # which conditions the verdict runs under (lib.engine.conditions.CONDITION_SETS)
 
     def get_family(self) -> Family:
         try:

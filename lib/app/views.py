@@ -97,7 +97,7 @@ def _report(case: Case, formula: str, held: float = 0) -> GradientReport:
 
 def _check(case: Case, problem, **options) -> GradientReport:
     return check(problem, family=case.family, upstream=case.upstream, seed=case.seed, step=case.step, atol=case.atol, rtol=case.rtol,
-                 order=case.declared_order(), **options)
+                 order=case.declared_order(), conditions=case.conditions, **options)
 
 
 def compare_case(case: Case, formula: str, inputs=None, **options) -> GradientReport:

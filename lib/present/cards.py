@@ -39,6 +39,7 @@ class Card:
     picture: str  # one of PICTURES
     details: tuple[str, ...]  # sentences, each starting with a capital
     second_order: tuple[str, str] | None  # (outcome, sentence) where it was checked
+    conditions: tuple[str, str] | None = None  # (outcome, line) for the conditions (``conditions_line``), where they ran
 
 
 def _capital(text: str) -> str:
@@ -58,6 +59,8 @@ def headline(report: GradientReport) -> str:
     if verdict.outcome == "no verdict":
         return "Nothing could be compared: the truth is not finite"
     diagnosed = report.diagnosis.headline if report.diagnosis is not None and report.diagnosis.findings else ""
+    if verdict.condition and verdict.failure is None:
+        return _cut(f"Wrong when {verdict.condition}")
     if verdict.failure is not None:
         failure = verdict.failure
         raised = f"the reference raises {failure.kind}" if failure.stage == "reference" else f"raises {failure.kind} in {failure.stage}"
@@ -113,16 +116,21 @@ def picture(report: GradientReport) -> str:
 def details(report: GradientReport) -> tuple[str, ...]:
     """The evidence behind the headline, one sentence a line."""
     verdict, lines = report.verdict, []
+    if verdict.condition:
+        lines.append(_capital(f"it fails when {verdict.condition}: {verdict.finding}") + ".")
     if verdict.forward:
         lines.append(_capital(verdict.forward) + ".")
-    if verdict.failure is not None:
+    if verdict.failure is not None and not verdict.condition:
         lines.append(_capital(f"{verdict.failure.whose} raised {verdict.failure}") + ".")
     if report.diagnosis is not None:
         lines += [_capital(f"{f.words}: {f.evidence}") + "." for f in report.diagnosis.findings]
-    if verdict.finding:
+    if verdict.finding and not verdict.condition:
         lines.append(_capital(verdict.finding) + ".")
     if verdict.coverage:
-        lines.append("Checked " + verdict.coverage + ".")
+        lines.append(("Without it, checked " if verdict.condition else "Checked ") + verdict.coverage + ".")
+    if report.conditions is not None:
+        lines.append(f"{conditions_line(report)[1]}: {report.conditions.describe().split(': ', 1)[-1]}.")
+        lines += [_capital(note) + "." for note in report.conditions.notes]
     coverage = report.jacobian.coverage if report.jacobian is not None else None
     if coverage is not None:
         truths = [TRUTH_WORDS[coverage.role if t == "reference" else t] for t in coverage.truths]
@@ -131,7 +139,34 @@ def details(report: GradientReport) -> tuple[str, ...]:
     return tuple(lines)
 
 
+def conditions_line(report: GradientReport) -> tuple[str, str] | None:
+    """The conditions in one line, with its outcome: "fail" (which it fails under), "pass" (it holds
+    under all), or "as plain" (none changes the plain verdict's failure)."""
+    conditions = report.conditions
+    if conditions is None:
+        return None
+    ran, failed = conditions.ran, conditions.failed
+    if failed:
+        return "fail", f"Fails under {len(failed)} of {len(ran)} conditions: {'; '.join(r.name for r in failed)}"
+    if all(r.outcome == "pass" for r in ran):
+        return "pass", f"Holds under all {len(ran)} conditions"
+    return "as plain", f"No condition changes its verdict ({len(ran)} tried)"
+
+
 def card(report: GradientReport) -> Card:
     second = report.second_order
     return Card(report.formula, report.verdict.outcome, headline(report), numbers(report), picture(report), details(report),
-                (second.outcome, _capital(second.summary) + ".") if second is not None else None)
+                (second.outcome, _capital(second.summary) + ".") if second is not None else None, conditions_line(report))
+
+
+CONDITION_COLUMNS = ("condition", "outcome", "worst entry", "why")
+
+
+def condition_rows(report: GradientReport) -> list[dict]:
+    """The Conditions table: one row per condition the verdict ran under, the failing ones first."""
+    if report.conditions is None:
+        return []
+    order = {"fail": 0, "as plain": 1, "pass": 2, "not applicable": 3}
+    results = sorted(report.conditions.results, key=lambda r: order.get(r.outcome, 4))
+    return [dict(zip(CONDITION_COLUMNS, (_capital(r.name), r.outcome, r.worst or "—", _capital(r.finding) if r.finding else "—")))
+            for r in results]

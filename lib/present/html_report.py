@@ -15,6 +15,7 @@ from typing import Sequence
 
 import plotly.graph_objects as go
 
+from .cards import CONDITION_COLUMNS, condition_rows, conditions_line
 from ..app import views
 from ..errors import LabError
 from .figures.check import diagnosis_scatter, error_heatmap, gradient_heatmaps, step_sweep_figure
@@ -57,6 +58,13 @@ def _section(result, first: list[bool]) -> str:
     if report.diagnosis and report.diagnosis.findings:
         parts.append("<h3>Diagnosis</h3><ul>" + "".join(f"<li><b>{html.escape(f.words)}</b>: {html.escape(f.evidence)}</li>"
                                                       for f in report.diagnosis.findings) + "</ul>")
+    rows = condition_rows(report)
+    if rows:
+        parts.append(f"<h3>Conditions: {html.escape(conditions_line(report)[1])}</h3><table><tr>"
+                     + "".join(f"<th>{html.escape(h)}</th>" for h in CONDITION_COLUMNS) + "</tr>"
+                     + "".join(f'<tr class="{"FAILED" if row["outcome"] == "fail" else "ok"}">'
+                               + "".join(f"<td>{html.escape(str(row[h]))}</td>" for h in CONDITION_COLUMNS) + "</tr>" for row in rows)
+                     + "</table>")
     parts.append(_figure(diagnosis_scatter(report), first))
     for comparison in report.inputs:
         parts.append(_figure(gradient_heatmaps(comparison), first))

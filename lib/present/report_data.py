@@ -159,9 +159,21 @@ def summary(report: GradientReport, case=None) -> dict:
         "failure": {"stage": report.failure.stage, "kind": report.failure.kind, "message": report.failure.message,
                     "when": report.failure.when or None} if report.failure else None,
         "signature": _signature(report),
+        "failed condition": report.verdict.condition or None,  # the condition it fails under alone, where the plain verdict passes
+        "conditions": _conditions(report),
         "notes": list(report.notes),
         "inputs": inputs,
     }
+
+
+def _conditions(report: GradientReport) -> dict | None:
+    """Each condition the verdict ran under, and its outcome."""
+    if report.conditions is None:
+        return None
+    failure = lambda f: {"stage": f.stage, "kind": f.kind, "message": f.message} if f is not None else None  # noqa: E731
+    return {"covered": report.conditions.describe(), "notes": list(report.conditions.notes),
+            "results": [{"name": r.name, "group": r.group, "outcome": r.outcome, "finding": r.finding or None, "worst": r.worst or None,
+                         "failure": failure(r.failure)} for r in report.conditions.results]}
 
 
 def _signature(report: GradientReport) -> dict | None:

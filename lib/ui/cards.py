@@ -26,6 +26,8 @@ def verdict_card(report: GradientReport, key: str, wide: bool = False) -> None:
             st.markdown(f"##### {sentence(shown.headline)}")
             st.markdown(" · ".join(f"**{number.value}** :gray[{number.label}]" for number in shown.numbers),
                         help=" ".join(f"{number.label.capitalize()}: {number.help}." for number in shown.numbers))
+            if shown.conditions is not None:  # where the Function will really run: subsets, layouts, aliasing, sizes, ties
+                st.markdown(f"{badge(shown.conditions[0])} {sentence(shown.conditions[1])}")
         with picture:
             svg = card_figure(shown, report)
             if svg is not None:

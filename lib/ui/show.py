@@ -7,7 +7,8 @@ import streamlit as st
 # colour and an icon: a verdict reads without telling red from green
 BADGES = {"pass": ":green-badge[:material/check: pass]", "fail": ":red-badge[:material/close: fail]",
           "no verdict": ":orange-badge[:material/help: no verdict]", "not differentiable": ":red-badge[:material/close: not differentiable]",
-          "not checked": ":gray-badge[:material/remove: not checked]", "by design": ":blue-badge[:material/info: by design]"}
+          "not checked": ":gray-badge[:material/remove: not checked]", "by design": ":blue-badge[:material/info: by design]",
+          "as plain": ":gray-badge[:material/remove: as without]", "not applicable": ":gray-badge[:material/remove: not applicable]"}
 
 
 def badge(outcome: str) -> str:

@@ -43,4 +43,5 @@ def test_a_formula_that_raises_says_where_in_its_headline():
     x = torch.randn(3, 4, dtype=torch.float64)
     shown = card(check_gradients(shipped.ProductNeedsBoth, (x, x.flip(0))))
     assert shown.headline == "Raises UnboundLocalError in backward when only x2 requires a gradient"
-    assert any(line.startswith("The formula raised in backward when only x2") for line in shown.details)
+    assert any(line.startswith("It fails when only x2 requires a gradient: the formula raised in backward") for line in shown.details)
+    assert shown.conditions[0] == "fail" and "only x2 requires a gradient" in shown.conditions[1]
