@@ -218,7 +218,9 @@ class _Truths:
             output = problem.function(*problem.inputs)
         generator = torch.Generator().manual_seed(seed + 7919)
         self.random = [torch.randn(tuple(output.shape), generator=generator, dtype=torch.float64).to(output) for _ in range(PROBES)]
-        self.ones = [torch.ones_like(output)]
+        # an expanded grad_output holds one value: 1 as .sum() hands it, and another (.sum() * c, .mean()),
+        # so that a backward which takes stride 0 to mean "ones" shows
+        self.constant = [torch.ones_like(output), torch.full_like(output, 1.0 + float(torch.rand((), generator=generator)))]
         self._plain: dict[int, list] = {}
         self._truth: dict[tuple[int, int], np.ndarray] = {}
 
@@ -245,7 +247,7 @@ class _Truths:
 def _judge_backward(condition: _Backward, truths: _Truths) -> ConditionResult:
     p, tolerances = truths.problem, truths.tolerances
     result = lambda outcome, **kw: ConditionResult(condition.name, condition.group, condition.label, outcome, **kw)  # noqa: E731
-    probes = truths.ones if condition.constant else truths.random
+    probes = truths.constant if condition.constant else truths.random
     same = True
     for u in probes:
         if condition.handed is not None:
@@ -296,13 +298,20 @@ def _rows(given: Sequence[Any], batch: int, rows: int) -> tuple[Any, ...]:
 
 def _tied(given: Sequence[Any], wrt: Sequence[int]) -> tuple[Any, ...]:
     """The differentiable inputs rounded to a coarse grid (half their spread): values tie, and
-    many sit exactly at 0, where |x|, ReLU and clamps have their kinks."""
+    many sit exactly at 0, where |x|, ReLU and clamps have their kinks; and, on purpose, along the
+    last dim, every row's largest value copied onto its runner-up and its smallest onto the next
+    smallest, so that maxima, minima, sorts and top-k tie in every row."""
     changed = list(given)
     for i in wrt:
         x = given[i]
         spread = float(x.double().std()) if x.numel() > 1 else 1.0
         q = 0.5 * spread if math.isfinite(spread) and spread > 0 else 0.5
-        changed[i] = (torch.round(x / q) * q).to(x.dtype)
+        t = (torch.round(x / q) * q).to(x.dtype)
+        if t.dim() >= 1 and t.shape[-1] >= 4:
+            order = t.argsort(dim=-1)
+            t = t.scatter(-1, order[..., -2:-1], t.gather(-1, order[..., -1:]))  # the runner-up ties the maximum
+            t = t.scatter(-1, order[..., 1:2], t.gather(-1, order[..., :1]))  # the next smallest ties the minimum
+        changed[i] = t
     return tuple(changed)
 
 

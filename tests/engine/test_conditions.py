@@ -1,0 +1,297 @@
+"""The conditions (``lib.engine.conditions``): every Function of the conditions zoo is right in
+plain use (gradcheck's slow mode says so), and the verdict fails each broken one under the
+condition it breaks under, and no other, while its plain verdict alone would pass; every control
+and every correct formula of the gallery passes every condition. Then the pieces: the layouts,
+the subsets, the words that say what was covered, ``conditions="none"``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gradient_lab.app.case import Case
+from gradient_lab.app.family import families
+from gradient_lab.engine import conditions as C
+from gradient_lab.engine.pipeline import check
+from gradient_lab.engine.report import ConditionResult, Conditions
+from gradient_lab.engine.tolerances import default_tolerances
+from gradient_lab.testing import as_family, check_gradients
+from tests import conditions_zoo as zoo
+from tests.app.functions.test_gallery import GALLERY
+
+F64 = torch.float64
+
+
+def _param(specimen: zoo.Specimen, *, missed: bool = True):
+    marks = [pytest.mark.xfail(strict=True, reason=specimen.missed)] if missed and specimen.missed else []
+    return pytest.param(specimen, id=specimen.name, marks=marks)
+
+
+def _problem(function, inputs, reference=None):
+    family = as_family(function, inputs, reference)
+    return family.problem(family.name, inputs)
+
+
+def _report(specimen: zoo.Specimen):
+    return check_gradients(specimen.function, specimen.inputs(), reference=specimen.reference, order=1)
+
+
+# ---- the zoo -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("specimen", [_param(s, missed=False) for s in zoo.SPECIMENS])
+def test_every_zoo_function_is_right_in_plain_use_by_gradcheck(specimen):
+    inputs = tuple(x.requires_grad_() for x in specimen.inputs())
+    assert torch.autograd.gradcheck(specimen.function, inputs, fast_mode=False)
+
+
+@pytest.mark.parametrize("specimen", [_param(s) for s in zoo.BROKEN])
+def test_a_broken_backward_fails_under_its_condition_alone(specimen):
+    report = _report(specimen)
+    assert report.jacobian is not None and report.jacobian.passed  # the plain verdict alone would pass
+    assert report.failure is None
+    failed = report.conditions.failed
+    assert report.verdict.outcome == "fail", [r.name for r in report.conditions.results]
+    assert report.verdict.condition == specimen.condition
+    assert tuple(r.name for r in failed) == specimen.failing
+    assert {r.group for r in failed} == {specimen.group}
+    if specimen.raises is None:
+        assert report.verdict.failure is None and all(r.failure is None for r in failed)
+    else:
+        failure = report.verdict.failure
+        assert (failure.stage, failure.kind, failure.when) == ("backward", specimen.raises, specimen.condition)
+
+
+@pytest.mark.parametrize("specimen", [_param(s) for s in zoo.CONTROLS])
+def test_a_control_passes_every_condition(specimen):
+    report = _report(specimen)
+    assert report.verdict.outcome == "pass" and report.verdict.condition == "" and report.verdict.failure is None
+    outcomes = {r.name: r.outcome for r in report.conditions.results}
+    assert set(outcomes.values()) <= {"pass", "not applicable"}, outcomes
+    assert report.conditions.ran and report.verdict.conditions == report.conditions.describe()
+
+
+def test_the_stride_zero_bug_is_real():
+    (x,) = zoo.MATRIX()
+    x.requires_grad_()
+    (wrong,) = torch.autograd.grad(zoo.SquareStrideZeroMeansOnes.apply(x).sum() * 3, x)  # sum's backward expands the 3
+    (right,) = torch.autograd.grad(zoo.SquareStrideZeroMeansOnes.apply(x).sum(), x)
+    assert torch.allclose(right, 2 * x) and torch.allclose(wrong, 2 * x) and not torch.allclose(wrong, 6 * x)
+
+
+def test_the_aliasing_bug_is_real():
+    (x,) = zoo.MATRIX()
+    x.requires_grad_()
+    (grad,) = torch.autograd.grad(zoo.ProductNegatesInPlace.apply(x, x).sum(), x)
+    assert torch.equal(grad, torch.zeros_like(x))  # 2x is due
+    assert torch.equal(x, zoo.MATRIX()[0])  # and the input is put back
+
+
+def test_the_zoo_covers_every_condition_group_and_the_plain_inputs_never_tie():
+    assert {s.group for s in zoo.BROKEN} == set(C.GROUPS)
+    named = {s.condition for s in zoo.BROKEN}
+    assert {zoo.ONLY_X1, zoo.ONLY_X2, zoo.SHARED, zoo.EXPANDED, zoo.GRAD_TRANSPOSED, zoo.GRAD_SLICED, zoo.INPUTS_TRANSPOSED,
+            zoo.INPUTS_SLICED, zoo.ALIASED, zoo.EMPTY, zoo.ONE_ROW, zoo.TIES} <= named
+    for build in (zoo.MATRIX, zoo.TIED, zoo.PAIR):
+        for x in build():
+            assert x.unique().numel() == x.numel()
+
+
+def test_the_ties_condition_ties_the_maximum_and_the_minimum_of_every_row():
+    for build in (zoo.TIED, zoo.MATRIX):  # inputs that tie by themselves, and random ones that never do
+        (t,) = C._tied((build()[0][: C.VALUE_ROWS],), [0])
+        assert all(n >= 2 for n in (t == t.amax(-1, keepdim=True)).sum(-1).tolist())
+        assert all(n >= 2 for n in (t == t.amin(-1, keepdim=True)).sum(-1).tolist())
+
+
+def test_a_max_that_gives_every_tie_the_gradient_passes_entry_by_entry_and_fails_the_joint_rule():
+    (x,) = zoo.TIED()
+    (tied,) = C._tied((x[: C.VALUE_ROWS],), [0])
+    tolerances = default_tolerances(F64)
+    for function, wrong in ((zoo.RowMaxGivesEveryTie.apply, True), (zoo.RowMaxSplitsTies.apply, False),
+                            (zoo.RowMaxPicksFirst.apply, False)):
+        problem = _problem(function, (tied,), zoo.row_max)
+        assert check(problem, order=1, conditions="none").verdict.passed  # each entry is a valid one-sided derivative
+        assert bool(C._tied_directions(problem, tolerances, 0)) is wrong
+
+
+def test_the_aliasing_condition_passes_the_very_same_tensor_twice():
+    seen = []
+
+    def recording(a, b):
+        seen.append(a is b)
+        return a * b
+
+    report = check_gradients(recording, zoo.PAIR(), reference=zoo.product, order=1)
+    assert report.verdict.passed and zoo.ALIASED in {r.name for r in report.conditions.ran}
+    assert True in seen and False in seen
+
+
+class _Recorder(torch.autograd.Function):
+    """The identity, recording the layouts its forward and backward are handed."""
+
+    inputs: list = []
+    grads: list = []
+
+    @staticmethod
+    def forward(ctx, x):
+        _Recorder.inputs.append((tuple(x.stride()), x.storage_offset()))
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        _Recorder.grads.append((tuple(g.stride()), g.storage_offset()))
+        return g
+
+
+def test_the_conditions_hand_the_layouts_they_name():
+    _Recorder.inputs.clear(), _Recorder.grads.clear()
+    report = check_gradients(_Recorder.apply, zoo.MATRIX(), reference=zoo.identity, order=1)
+    assert report.verdict.passed
+    grads, inputs = set(_Recorder.grads), set(_Recorder.inputs)
+    assert {((5, 1), 0), ((0, 0), 0), ((1, 6), 0), ((11, 2), 1)} <= grads  # dense, expanded, transposed, sliced
+    assert {((5, 1), 0), ((1, 6), 0), ((10, 2), 1)} <= inputs  # contiguous, transposed, sliced
+
+
+def test_a_plain_failure_is_the_verdict_and_no_condition_takes_its_place():
+    broken = next(s for s in zoo.BROKEN if s.name == "x1's gradient needs x2's")
+
+    class Wrong(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a, b):
+            ctx.save_for_backward(a, b)
+            return a * b
+
+        @staticmethod
+        def backward(ctx, g):
+            a, b = ctx.saved_tensors
+            return g * b, 2 * g * a  # b's gradient twice too large
+
+    report = check_gradients(Wrong.apply, broken.inputs(), reference=zoo.product, order=1)
+    assert report.verdict.outcome == "fail" and not report.jacobian.passed
+    assert report.verdict.condition == "" and report.conditions is not None
+
+
+# ---- layouts -----------------------------------------------------------------------------------------------
+
+
+def test_laid_out_keeps_the_values_in_the_strides_it_names():
+    t = torch.arange(12, dtype=F64).reshape(3, 4)
+    dense = C.laid_out(t, "dense")
+    assert dense.is_contiguous() and dense.data_ptr() != t.data_ptr() and torch.equal(dense, t)
+    transposed = C.laid_out(t, "transposed")
+    assert transposed.stride() == (1, 3) and transposed.storage_offset() == 0 and torch.equal(transposed, t)
+    sliced = C.laid_out(t, "sliced")
+    assert sliced.stride() == (9, 2) and sliced.storage_offset() == 1 and torch.equal(sliced, t)
+    assert not sliced.is_contiguous() and sliced._base is not None and sliced._base.shape == (3, 9)
+    constant = torch.full((3, 4), 2.5, dtype=F64)
+    expanded = C.laid_out(constant, "expanded")
+    assert expanded.stride() == (0, 0) and expanded.untyped_storage().nbytes() == 8 and torch.equal(expanded, constant)
+    assert C.laid_out(torch.arange(3, dtype=F64), "sliced").stride() == (2,)
+
+
+def test_laid_out_says_where_a_layout_cannot_be():
+    assert C.laid_out(torch.zeros(0, 4), "expanded") is None
+    assert C.laid_out(torch.zeros(4), "transposed") is None
+    assert C.laid_out(torch.zeros(1, 4), "transposed") is None
+    assert C.laid_out(torch.zeros(4, 1), "transposed") is None
+    assert C.laid_out(torch.tensor(1.0), "sliced") is None
+    with pytest.raises(ValueError):
+        C.laid_out(torch.zeros(2, 2), "diagonal")
+
+
+def test_laid_out_input_keeps_the_values_and_the_gradient_flows_back():
+    x = torch.randn(3, 4, dtype=F64, requires_grad=True)
+    for layout, strides, offset in (("transposed", (1, 3), 0), ("sliced", (8, 2), 1)):
+        y = C.laid_out_input(x, layout)
+        assert y.stride() == strides and y.storage_offset() == offset and torch.equal(y, x)
+        (grad,) = torch.autograd.grad((y * y).sum(), x)
+        assert torch.allclose(grad, 2 * x)
+    v = torch.randn(4, dtype=F64)
+    assert C.laid_out_input(v, "transposed") is v
+
+
+# ---- subsets, names, words ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("n", "every", "count"), [(1, False, 0), (2, False, 2), (3, False, 6), (4, False, 14), (5, False, 10),
+                                                   (5, True, 30)])
+def test_subsets_are_every_proper_one_up_to_four_inputs_and_a_sample_beyond(n, every, count):
+    subsets = C._subsets(n, every)
+    assert len(subsets) == count == len(set(subsets))
+    assert all(0 < len(s) < n for s in subsets)
+    if n == 5 and not every:
+        assert {s for s in subsets if len(s) == 1} == {(i,) for i in range(5)}
+        assert {s for s in subsets if len(s) == 4} == {tuple(j for j in range(5) if j != i) for i in range(5)}
+
+
+def test_subset_names():
+    names = ("x1", "x2", "x3")
+    assert C._subset_name((0,), names) == "only x1 requires a gradient"
+    assert C._subset_name((0, 1), names) == "x3 does not require a gradient"
+    assert C._subset_name((1,), ("a", "b", "c")) == "only b requires a gradient"
+
+
+def test_five_inputs_sample_their_subsets_and_all_tries_every_one():
+    inputs = zoo.normal(*[(3, 2)] * 5)()
+
+    def five(a, b, c, d, e):
+        return a * b + c * d * e
+
+    counts = {}
+    for which in ("default", "all"):
+        report = check(_problem(five, inputs, five), order=1, conditions=which)
+        assert report.verdict.passed
+        groups = [r.group for r in report.conditions.results]
+        counts[which] = groups.count("requires_grad"), groups.count("aliasing")
+        labels = {r.label for r in report.conditions.results if r.group == "requires_grad"}
+        assert labels == {"sample" if which == "default" else "every"}
+    assert counts == {"default": (10, 1), "all": (30, 10)}
+
+
+def test_describe_counts_what_ran_by_group():
+    def r(name, group, label, outcome="pass"):
+        return ConditionResult(name, group, label, outcome)
+
+    conditions = Conditions((
+        r(zoo.ONLY_X1, "requires_grad", "every"), r(zoo.ONLY_X2, "requires_grad", "every", "fail"),
+        r(zoo.EXPANDED, "grad_output", "expanded"), r(zoo.GRAD_TRANSPOSED, "grad_output", "transposed", "not applicable"),
+        r(zoo.GRAD_SLICED, "grad_output", "sliced"), r(zoo.INPUTS_TRANSPOSED, "inputs", "transposed"),
+        r(zoo.ALIASED, "aliasing", "x1 passed as x2 too"), r(zoo.EMPTY, "size", "an empty batch", "as plain"),
+    ))
+    assert len(conditions.ran) == 7 and [c.name for c in conditions.failed] == [zoo.ONLY_X2]
+    assert conditions.describe() == ("7 conditions: every subset of requires_grad (2), grad_output expanded and sliced, "
+                                     "inputs transposed, x1 passed as x2 too, an empty batch")
+    sample = Conditions(tuple(r(f"s{i}", "requires_grad", "sample") for i in range(10)) + (r(zoo.TIES, "ties", "ties and kinks"),))
+    assert sample.describe() == "11 conditions: 10 subsets of requires_grad, ties and kinks"
+    assert Conditions((r(zoo.ONE_ROW, "size", "a batch of one"),)).describe() == "1 condition: a batch of one"
+    assert Conditions(()).describe() == "no condition"
+    assert Conditions((r(zoo.ONE_ROW, "size", "a batch of one", "not applicable"),)).describe() == "no condition"
+
+
+def test_conditions_none_runs_none_and_an_unknown_set_is_refused():
+    problem = _problem(zoo.ProductGatedRight.apply, zoo.PAIR(), zoo.product)
+    report = check(problem, order=1, conditions="none")
+    assert report.conditions is None and report.verdict.passed and report.verdict.conditions == ""
+    with pytest.raises(ValueError):
+        check(problem, order=1, conditions="some")
+
+
+# ---- the gallery: no false alarm ----------------------------------------------------------------------------
+
+
+@pytest.mark.filterwarnings(r"ignore:var\(\). degrees of freedom:UserWarning")  # layernorm's var on the empty batch
+@pytest.mark.parametrize("name", ("cosine", *GALLERY))
+def test_every_correct_formula_of_the_gallery_passes_every_condition(name):
+    family = families()[name]
+    case = Case(family=name, formulas=tuple(family.formulas))
+    inputs = case.inputs()
+    for formula, declared in family.formulas.items():
+        if not declared.correct:
+            continue
+        report = check(family.problem(formula, inputs, case.param_values()), order=1)
+        outcomes = {r.name: r.outcome for r in report.conditions.results}
+        assert report.verdict.passed and report.verdict.condition == "", (formula, report.verdict.summary)
+        assert set(outcomes.values()) <= {"pass", "not applicable"}, (formula, outcomes)
+        assert len(report.conditions.ran) >= 5
+
