@@ -65,7 +65,8 @@ def headline(report: GradientReport) -> str:
         failure = verdict.failure
         raised = f"the reference raises {failure.kind}" if failure.stage == "reference" else f"raises {failure.kind} in {failure.stage}"
         raised += f" when {failure.when}" if failure.when else ""
-        return _cut(_capital(" · ".join(filter(None, [diagnosed, raised]))))
+        # under a condition alone, the condition is the story: the plain diagnosis is about something else
+        return _cut(_capital(" · ".join(filter(None, [diagnosed if not verdict.condition else "", raised]))))
     if verdict.forward:
         return "Its forward differs from the reference's"
     if diagnosed:
@@ -168,5 +169,5 @@ def condition_rows(report: GradientReport) -> list[dict]:
         return []
     order = {"fail": 0, "as plain": 1, "pass": 2, "not applicable": 3}
     results = sorted(report.conditions.results, key=lambda r: order.get(r.outcome, 4))
-    return [dict(zip(CONDITION_COLUMNS, (_capital(r.name), r.outcome, r.worst or "—", _capital(r.finding) if r.finding else "—")))
+    return [dict(zip(CONDITION_COLUMNS, (r.name, r.outcome, r.worst or "—", _capital(r.finding) if r.finding else "—")))
             for r in results]

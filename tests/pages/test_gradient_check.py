@@ -169,3 +169,18 @@ def test_the_colour_scale_can_be_per_panel_so_the_true_gradient_shows():
     first = gradient_maps(at)
     panel_titles = [a["text"] for a in first["layout"].get("annotations", [])]
     assert any("reference (colour ±" in t for t in panel_titles), panel_titles
+
+
+def test_the_conditions_table_names_each_condition_and_its_outcome(monkeypatch):
+    from pathlib import Path
+
+    monkeypatch.setenv("GRADIENT_LAB_FUNCTIONS", str(Path(__file__).parents[1] / "fixtures" / "condition_bugs.py"))
+    at = app("pages/1_Gradient_check.py", family="product", check_formula="strided")
+    assert not at.exception
+    table = at.table[0].value
+    outcomes = dict(zip(table["condition"], table["outcome"]))
+    assert outcomes["grad_output is expanded (stride 0, as .sum() makes it)"] == "fail"
+    assert outcomes["grad_output is transposed"] == "fail" and outcomes["only a requires a gradient"] == "pass"
+    assert list(table["outcome"])[:3] == ["fail"] * 3  # the failing ones first
+    worst = dict(zip(table["condition"], table["worst entry"]))
+    assert worst["grad_output is transposed"].startswith(("a[", "b["))

@@ -128,3 +128,18 @@ def test_a_3d_shape_where_the_tutorial_raises_says_so():
     assert headlines(at)[0] == "Reduces over the wrong dim · raises RuntimeError in backward"
     assert any(m.value.startswith("- The formula raised in backward: RuntimeError") for m in at.markdown)  # its details
     assert headlines(at)[-1] == "Right on every entry"
+
+
+def test_each_card_says_which_conditions_its_formula_fails_under(monkeypatch):
+    from pathlib import Path
+
+    monkeypatch.setenv("GRADIENT_LAB_FUNCTIONS", str(Path(__file__).parents[1] / "fixtures" / "condition_bugs.py"))
+    at = app(family="product")
+    assert not at.exception
+    shown = [m.value for m in at.markdown if "conditions" in m.value and "badge[" in m.value]
+    assert len(shown) == 3, shown  # one line per card
+    gated, strided, right = shown
+    assert ":red-badge" in gated and "only a requires a gradient" in gated and "only b requires a gradient" in gated
+    assert ":red-badge" in strided and r"grad\_output is expanded" in strided  # markdown-escaped
+    assert ":green-badge" in right and "Holds under all" in right
+    assert headlines(at)[0].startswith("Raises UnboundLocalError in backward when only")
