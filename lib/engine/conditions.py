@@ -200,7 +200,8 @@ def _products(function, inputs, needs, upstream: Tensor) -> list[np.ndarray | No
     asked = [x for x, need in zip(xs, needs) if need]
     with torch.enable_grad():
         y = function(*xs)
-        grads = iter(torch.autograd.grad(y, asked, upstream.to(dtype=y.dtype).clone(), allow_unused=True))
+        u = torch.ones_like(y) if upstream is None else upstream.to(dtype=y.dtype).clone()  # None: ones
+        grads = iter(torch.autograd.grad(y, asked, u, allow_unused=True))
     found: list[np.ndarray | None] = []
     for x, need in zip(xs, needs):
         g = next(grads) if need else None
@@ -382,6 +383,37 @@ def _empty(problem, given, batch: int) -> ConditionResult:
     return result("pass")
 
 
+def convention(problem) -> str:
+    """How the formula's gradient shares itself among tied maxima (or minima) along the last dim,
+    where it selects them (the rest of the row gets none), for an upstream of ones: "split evenly",
+    "to the first index", "to the last index", or "its own split"; "" where nothing selects."""
+    try:
+        grads = _products(problem.function, problem.inputs, (True,) * len(problem.inputs), None)
+    except Exception:  # noqa: BLE001 - a backward that raises is judged elsewhere
+        return ""
+    found = set()
+    with torch.no_grad():
+        outputs = problem.function(*problem.inputs).numel()
+    for x, g in zip(problem.inputs, grads):
+        if x.dim() < 1 or x.shape[-1] < 2 or outputs >= x.numel():  # only a reduction selects among its inputs
+            continue
+        t, g = x.detach().double().cpu().reshape(-1, x.shape[-1]).numpy(), g.reshape(-1, x.shape[-1])
+        for row, share in zip(t, g):
+            for extreme in (row.max(), row.min()):
+                group = np.flatnonzero(row == extreme)
+                part, rest = share[group], np.delete(share, group)
+                tiny = 1e-12 * max(1.0, float(np.abs(share).max()))
+                if group.size < 2 or not np.abs(part).max() > tiny or np.abs(rest).max(initial=0.0) > tiny:
+                    continue  # a selection (max, min, sort's ends) carries the whole row's gradient on its group
+                if np.allclose(part, part[0], rtol=1e-9, atol=0):
+                    found.add("split evenly")
+                elif np.count_nonzero(part) == 1:
+                    found.add("to the first index" if part[0] != 0 else "to the last index" if part[-1] != 0 else "its own split")
+                else:
+                    found.add("its own split")
+    return found.pop() if len(found) == 1 else "its own split" if found else ""
+
+
 def _tied_directions(problem, tolerances: Tolerances, seed: int) -> str:
     """At tied inputs, along directions that keep every tie (each group of equal values moved
     together; the group at 0 held still where moving it is not smooth): the formula's directional
@@ -460,6 +492,10 @@ def _other_values(problem, tolerances, judge_point, every: bool, seed: int) -> l
             joint = _tied_directions(changed, tolerances, seed)
             if joint:
                 result = ConditionResult(result.name, result.group, result.label, "fail", finding=joint)
+            elif convention(changed):  # a valid subgradient, named by how it shares itself among tied values
+                result = ConditionResult(result.name, result.group, result.label, "pass",
+                                         finding=f"at tied maxima and minima its gradient goes {convention(changed)}".replace(
+                                             "goes split evenly", "is split evenly").replace("goes its own split", "follows a split of its own"))
         found.append(result)
     return found
 

@@ -295,3 +295,16 @@ def test_every_correct_formula_of_the_gallery_passes_every_condition(name):
         assert set(outcomes.values()) <= {"pass", "not applicable"}, (formula, outcomes)
         assert len(report.conditions.ran) >= 5
 
+
+
+@pytest.mark.parametrize("name, convention", [("max splits ties", "split evenly"), ("max picks the first", "to the first index"),
+                                              ("relu 1 at 0", "")])
+def test_a_valid_gradient_at_ties_is_named_by_the_convention_it_follows(name, convention):
+    specimen = next(s for s in zoo.SPECIMENS if s.name == name)
+    inputs = specimen.inputs()
+    family = as_family(specimen.function, inputs, specimen.reference)
+    tied = family.problem(family.name, C._tied(inputs, [0]))
+    assert C.convention(tied) == convention  # "" for a function that selects nothing (elementwise)
+    report = check_gradients(specimen.function, inputs, reference=specimen.reference, order=1)
+    (ties,) = [r for r in report.conditions.results if r.group == "ties"]
+    assert ties.outcome == "pass" and (convention in ties.finding if convention else not ties.finding)
