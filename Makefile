@@ -11,8 +11,12 @@ BIN := $(VENV)/bin
 run: $(VENV)/.app-installed
 	$(BIN)/python -m gradient_lab.ui.serve $(ARGS)
 
+# The tests that need no browser on every core (pytest-xdist), then the browser tests alone: they
+# time a server and a browser that share the machine, so nothing else runs beside them. pytest's
+# exit status 5 (no test selected, say by PYTEST_ARGS="-k cosine") is not a failure.
 test: $(VENV)/.dev-installed
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(or $(WORKERS),2) -m "not e2e" $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(BIN)/python -m pytest -m e2e $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check .
