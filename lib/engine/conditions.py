@@ -43,6 +43,7 @@ CONDITION_SETS = ("default", "all", "none")  # lib.check --conditions, check(con
 PROBES = 2  # random upstream vectors per same-values condition
 SUBSETS_UP_TO = 4  # every non-empty subset of requires_grad up to this many inputs; beyond, a sample
 VALUE_ROWS = 4  # the rows of the batch the other-values conditions run on by default ("all": every row)
+VALUE_ELEMENTS = 8192  # and at most this many differentiable input elements by default: each is a whole verdict of its own
 TIE_SLOPE_RTOL = 1e-4  # the tied directions' rule: far above the one-sided differences' own error, far below a wrong split
 
 
@@ -464,11 +465,24 @@ def _other_values(problem, tolerances, judge_point, every: bool, seed: int) -> l
     rows = (lambda g: g) if every or batch is None or batch <= VALUE_ROWS else (lambda g: _rows(g, batch, VALUE_ROWS))
     found = []
     names = problem.names
+
+    def too_large(name: str, group: str, label: str, changed_given) -> ConditionResult | None:
+        size = sum(changed_given[i].numel() for i in wrt)
+        if every or size <= VALUE_ELEMENTS:
+            return None
+        return ConditionResult(name, group, label, "not applicable", finding=(
+            f"its case would hold {size:,} input elements, more than the {VALUE_ELEMENTS:,} the default conditions judge "
+            f"whole: conditions=\"all\" (lib.check --conditions all) runs it"))
+
     pairs = [(a, b) for a, b in itertools.combinations(range(len(wrt)), 2)
              if tuple(given[wrt[a]].shape) == tuple(given[wrt[b]].shape) and given[wrt[a]].dtype == given[wrt[b]].dtype]
     for a, b in pairs if every else pairs[:1]:
         name, label = f"the same tensor is passed as {names[a]} and {names[b]}", f"{names[a]} passed as {names[b]} too"
         ia, ib = wrt[a], wrt[b]
+        skipped = too_large(name, "aliasing", label, rows(given))
+        if skipped is not None:
+            found.append(skipped)
+            continue
 
         def alias(function, ia=ia, ib=ib):
             return lambda *args: function(*(args[ia] if k == ib else v for k, v in enumerate(args)))
@@ -481,9 +495,13 @@ def _other_values(problem, tolerances, judge_point, every: bool, seed: int) -> l
     if batch is not None and batch > 0:
         found.append(_empty(problem, given, batch))
         if batch > 1:
-            changed = problem.remake(_rows(given, batch, 1))
-            found.append(_from_report("the batch has one row", "size", "a batch of one", judge_point(changed)))
-    if problem.reference is not None and problem.role == "reference":
+            one = _rows(given, batch, 1)
+            found.append(too_large("the batch has one row", "size", "a batch of one", one) or
+                         _from_report("the batch has one row", "size", "a batch of one", judge_point(problem.remake(one))))
+    skipped = too_large("inputs tie and sit on kinks", "ties", "ties and kinks", rows(given))
+    if skipped is not None and problem.reference is not None and problem.role == "reference":
+        found.append(skipped)
+    elif problem.reference is not None and problem.role == "reference":
         tied = _tied(rows(given), wrt)
         changed = problem.remake(tied)
         result = _controlled("inputs tie and sit on kinks", "ties", "ties and kinks", judge_point, changed,

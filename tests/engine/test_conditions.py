@@ -308,3 +308,16 @@ def test_a_valid_gradient_at_ties_is_named_by_the_convention_it_follows(name, co
     report = check_gradients(specimen.function, inputs, reference=specimen.reference, order=1)
     (ties,) = [r for r in report.conditions.results if r.group == "ties"]
     assert ties.outcome == "pass" and (convention in ties.finding if convention else not ties.finding)
+
+
+def test_other_values_beyond_the_default_size_are_said_not_applicable_and_run_with_all(monkeypatch):
+    from gradient_lab.app.family import get_family
+
+    monkeypatch.setattr(C, "VALUE_ELEMENTS", 40)  # 4 rows of 16 features, two inputs: 128 elements
+    family = get_family("cosine")
+    case = Case()
+    problem = family.problem("corrected", case.inputs(), case.param_values())
+    default = {r.group: r.outcome for r in check(problem, order=1).conditions.results}
+    assert default["aliasing"] == default["ties"] == "not applicable" and default["size"] in ("pass", "not applicable")
+    every = {r.group: r.outcome for r in check(problem, order=1, conditions="all").conditions.results}
+    assert every["aliasing"] == every["ties"] == "pass"
