@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
 
-from .evaluate import numerical_gradient
+from .evaluate import backward_products, numerical_gradient
 from .judge import JacobianVerdict, compare_entries, truth_label, truth_scale
 from .report import ConditionResult, Conditions, Failure
 from .signature import name_element
@@ -44,6 +44,9 @@ PROBES = 2  # random upstream vectors per same-values condition
 SUBSETS_UP_TO = 4  # every non-empty subset of requires_grad up to this many inputs; beyond, a sample
 VALUE_ROWS = 4  # the rows of the batch the other-values conditions run on by default ("all": every row)
 VALUE_ELEMENTS = 8192  # and at most this many differentiable input elements by default: each is a whole verdict of its own
+# how a gradient shares itself among tied values it selects (``convention``), as the ties' pass says it
+CONVENTION_WORDS = {"split evenly": "is split evenly", "to the first index": "goes to the first index",
+                    "to the last index": "goes to the last index", "its own split": "follows a split of its own"}
 TIE_SLOPE_RTOL = 1e-4  # the tied directions' rule: far above the one-sided differences' own error, far below a wrong split
 
 
@@ -93,13 +96,13 @@ class _HandOn(torch.autograd.Function):
         given = laid_out(g, ctx.layout)
         given = g.clone() if given is None else given
         base = given._base if given._base is not None else given  # a view's whole buffer: a write through it shows there
-        ctx.handed.append((given, base, base.clone()))
+        ctx.handed.append((base, base.clone()))
         return given, None, None
 
 
 def _written(handed: list) -> str:
     """How a backward changed the grad_output it was handed, in words; "" where it did not."""
-    for _, base, copy in handed:
+    for base, copy in handed:
         if not torch.equal(torch.nan_to_num(base, nan=0.0), torch.nan_to_num(copy, nan=0.0)) or \
                 not torch.equal(base.isnan(), copy.isnan()):
             change = float((base.double() - copy.double()).abs().nan_to_num(nan=math.inf).max())
@@ -194,23 +197,6 @@ def _backwards(problem, every: bool) -> list[_Backward]:
 # ---- judging a backward under a condition -------------------------------------------------------
 
 
-def _products(function, inputs, needs, upstream: Tensor) -> list[np.ndarray | None]:
-    """Per input, the formula's uᵀJ where it requires a gradient (zeros where backward gave
-    none), None where it does not."""
-    xs = [x.detach().requires_grad_(need) for x, need in zip(inputs, needs)]
-    asked = [x for x, need in zip(xs, needs) if need]
-    with torch.enable_grad():
-        y = function(*xs)
-        u = torch.ones_like(y) if upstream is None else upstream.to(dtype=y.dtype).clone()  # None: ones
-        grads = iter(torch.autograd.grad(y, asked, u, allow_unused=True))
-    found: list[np.ndarray | None] = []
-    for x, need in zip(xs, needs):
-        g = next(grads) if need else None
-        found.append(None if not need else np.zeros(tuple(x.shape)) if g is None else
-                     g.detach().to(device="cpu", dtype=torch.float64).numpy(force=True).copy())
-    return found
-
-
 class _Truths:
     """The upstream vectors, and per vector the plain products and the truth's, each computed once."""
 
@@ -224,21 +210,25 @@ class _Truths:
         # so that a backward which takes stride 0 to mean "ones" shows
         self.constant = [torch.ones_like(output), torch.full_like(output, 1.0 + float(torch.rand((), generator=generator)))]
         self._plain: dict[int, list] = {}
+        self._referenced: dict[int, list] = {}  # autograd through the reference, every input at once
         self._truth: dict[tuple[int, int], np.ndarray] = {}
 
     def plain(self, u: Tensor) -> list[np.ndarray | None]:
         if id(u) not in self._plain:
-            self._plain[id(u)] = _products(self.problem.function, self.problem.inputs, (True,) * len(self.problem.inputs), u)
+            self._plain[id(u)] = backward_products(self.problem.function, self.problem.inputs, None, u)
         return self._plain[id(u)]
 
     def truth(self, u: Tensor, i: int) -> tuple[np.ndarray, str]:
         """The truth's uᵀJ for input i, and its name."""
         p = self.problem
         by_reference = self.jacobian.coverage.judged_by_reference(p.names[i]) and p.reference is not None
+        if by_reference:
+            if id(u) not in self._referenced:
+                self._referenced[id(u)] = backward_products(p.reference, p.inputs, None, u)
+            return self._referenced[id(u)][i], "reference"
         if (id(u), i) not in self._truth:
-            self._truth[(id(u), i)] = (_products(p.reference, p.inputs, (True,) * len(p.inputs), u)[i] if by_reference else
-                                       numerical_gradient(p.function, p.inputs, self.plans[i], u, None, self.budget))
-        return self._truth[(id(u), i)], "reference" if by_reference else "numerical"
+            self._truth[(id(u), i)] = numerical_gradient(p.function, p.inputs, self.plans[i], u, None, self.budget)
+        return self._truth[(id(u), i)], "numerical"
 
     def scale(self, i: int, truth: np.ndarray) -> float:
         scales = self.jacobian.scales
@@ -255,7 +245,7 @@ def _judge_backward(condition: _Backward, truths: _Truths) -> ConditionResult:
         if condition.handed is not None:
             condition.handed.clear()
         try:
-            got = _products(condition.function, p.inputs, condition.needs, u)
+            got = backward_products(condition.function, p.inputs, condition.needs, u)
         except Exception as error:  # noqa: BLE001 - the formula, under a condition it did not expect
             failure = Failure.of("backward", error, when=condition.name)
             return result("fail", finding=f"{failure.whose} raised {failure.unconditioned}", failure=failure)
@@ -329,12 +319,13 @@ def _jittered(given: Sequence[Any], wrt: Sequence[int], size: float, seed: int) 
     return tuple(changed)
 
 
-def _controlled(name: str, group: str, label: str, judge_point, changed, control, control_words: str) -> ConditionResult:
+def _controlled(name: str, group: str, label: str, judge_point, changed, control, control_words: str,
+                plain_passed: bool) -> ConditionResult:
     """The verdict at the changed case; where it fails, the same change without the condition's
     own structure (``control``) tells whether the condition is the cause: a formula right only at
     the user's point (at unit norm, say) fails wherever its values move, ties or not."""
     result = _from_report(name, group, label, judge_point(changed))
-    if result.failed and control is not None and judge_point.plain_passed and not judge_point(control()).verdict.passed:
+    if result.failed and plain_passed and not judge_point(control()).verdict.passed:
         return ConditionResult(name, group, label, "not applicable",
                                finding=f"the formula fails {control_words} too, so not because of this condition")
     return result
@@ -349,8 +340,7 @@ def _from_report(name: str, group: str, label: str, report) -> ConditionResult:
     failure = verdict.failure
     if failure is not None and failure.stage == "reference":
         return ConditionResult(name, group, label, "not applicable", finding=f"the reference raises there ({failure.kind})")
-    if failure is not None:
-        failure = Failure(failure.stage, failure.kind, failure.message, when=name)
+    failure = replace(failure, when=name) if failure is not None else None
     return ConditionResult(name, group, label, "fail", finding=verdict.text, failure=failure)
 
 
@@ -364,7 +354,7 @@ def _empty(problem, given, batch: int) -> ConditionResult:
         if changed.failure.stage == "reference" or problem.reference is None:  # nothing says it should take one
             return result("not applicable", finding=f"the {'reference' if problem.reference is not None else 'forward'} "
                                                     f"does not take an empty batch ({changed.failure.kind})")
-        failure = Failure(changed.failure.stage, changed.failure.kind, changed.failure.message, when=name)
+        failure = replace(changed.failure, when=name)
         return result("fail", finding=f"{failure.whose} raised {failure.unconditioned}", failure=failure)
     try:
         xs = [x.detach().requires_grad_() for x in changed.inputs]
@@ -389,7 +379,7 @@ def convention(problem) -> str:
     where it selects them (the rest of the row gets none), for an upstream of ones: "split evenly",
     "to the first index", "to the last index", or "its own split"; "" where nothing selects."""
     try:
-        grads = _products(problem.function, problem.inputs, (True,) * len(problem.inputs), None)
+        grads = backward_products(problem.function, problem.inputs, None, None)
     except Exception:  # noqa: BLE001 - a backward that raises is judged elsewhere
         return ""
     found = set()
@@ -438,6 +428,7 @@ def _tied_directions(problem, tolerances: Tolerances, seed: int) -> str:
             f0, r1, r2, l1, l2 = at(0.0), at(h), at(2 * h), at(-h), at(-2 * h)
         return (-3 * f0 + 4 * r1 - r2) / (2 * h), (3 * f0 - 4 * l1 + l2) / (2 * h)
 
+    grads = backward_products(f, inputs, None, u)
     for hold_zero in (False, True):
         d = [torch.where(zero, torch.zeros_like(move), move) if hold_zero else move for move, zero in directions]
         right, left = slopes(d)
@@ -446,7 +437,6 @@ def _tied_directions(problem, tolerances: Tolerances, seed: int) -> str:
         spread = float(right.abs().sum() + left.abs().sum()) / 2
         if float((right - left).abs().sum()) > TIE_SLOPE_RTOL * spread + tolerances.atol:
             continue  # a kink along this direction too: no joint rule there
-        grads = _products(f, inputs, (True,) * len(inputs), u)
         mine = sum(float((torch.from_numpy(g) * di.double().cpu()).sum()) for g, di in zip(grads, d))
         truth = float((right + left).sum()) / 2
         if abs(mine - truth) > TIE_SLOPE_RTOL * spread + tolerances.atol * max(1.0, spread):
@@ -457,7 +447,7 @@ def _tied_directions(problem, tolerances: Tolerances, seed: int) -> str:
     return ""
 
 
-def _other_values(problem, tolerances, judge_point, every: bool, seed: int) -> list[ConditionResult]:
+def _other_values(problem, tolerances, judge_point, every: bool, seed: int, plain_passed: bool) -> list[ConditionResult]:
     if problem.remake is None or not all(bool(torch.isfinite(x).all()) for x in problem.inputs):
         return []  # at non-finite inputs the plain verdict says what the formula does with them; moved, they mean nothing
     given, wrt = problem.given, problem.signature.wrt
@@ -491,7 +481,7 @@ def _other_values(problem, tolerances, judge_point, every: bool, seed: int) -> l
         apart = list(rows(given))
         apart[ib] = _jittered(apart, [ia], 1e-3, seed)[ia]  # nearly the same values, in a tensor of its own
         found.append(_controlled(name, "aliasing", label, judge_point, changed, lambda apart=apart: problem.remake(tuple(apart)),
-                                 f"with {names[b]} a tensor of its own at nearly the values of {names[a]}"))
+                                 f"with {names[b]} a tensor of its own at nearly the values of {names[a]}", plain_passed))
     if batch is not None and batch > 0:
         found.append(_empty(problem, given, batch))
         if batch > 1:
@@ -505,15 +495,15 @@ def _other_values(problem, tolerances, judge_point, every: bool, seed: int) -> l
         tied = _tied(rows(given), wrt)
         changed = problem.remake(tied)
         result = _controlled("inputs tie and sit on kinks", "ties", "ties and kinks", judge_point, changed,
-                             lambda: problem.remake(_jittered(tied, wrt, 1e-2, seed)), "at the same values moved apart slightly")
+                             lambda: problem.remake(_jittered(tied, wrt, 1e-2, seed)), "at the same values moved apart slightly",
+                             plain_passed)
         if result.outcome == "pass" and changed.failure is None:
             joint = _tied_directions(changed, tolerances, seed)
             if joint:
                 result = ConditionResult(result.name, result.group, result.label, "fail", finding=joint)
-            elif convention(changed):  # a valid subgradient, named by how it shares itself among tied values
+            elif named := convention(changed):  # a valid subgradient, named by how it shares itself among tied values
                 result = ConditionResult(result.name, result.group, result.label, "pass",
-                                         finding=f"at tied maxima and minima its gradient goes {convention(changed)}".replace(
-                                             "goes split evenly", "is split evenly").replace("goes its own split", "follows a split of its own"))
+                                         finding=f"at tied maxima and minima its gradient {CONVENTION_WORDS[named]}")
         found.append(result)
     return found
 
@@ -536,10 +526,9 @@ def check_conditions(problem, tolerances: Tolerances, jacobian: JacobianVerdict,
     except Exception:  # noqa: BLE001 - the plain backward already raised for another upstream: the verdict says so
         return None
     results = [_judge_backward(c, truths) for c in _backwards(problem, every)]
-    judge_point.plain_passed = jacobian.passed
     results += [r if jacobian.passed or not r.failed else  # the plain verdict's failure again, at other values
                 ConditionResult(r.name, r.group, r.label, "as plain", finding="it fails there too, as it does without the condition")
-                for r in _other_values(problem, tolerances, judge_point, every, seed)]
+                for r in _other_values(problem, tolerances, judge_point, every, seed, jacobian.passed)]
     return Conditions(tuple(results), _notes(problem, truths))
 
 

@@ -96,6 +96,25 @@ def group_differences(function, inputs, plan: DifferencePlan, step: float, chunk
 # ---- reading the Jacobian by backward calls ----------------------------------------------------------
 
 
+def backward_products(function, inputs: Sequence[Tensor], needs: Sequence[bool] | None, upstream: Tensor | None) -> list[np.ndarray | None]:
+    """Per input, uᵀJ by the function's backward, in float64 on the CPU, with only the inputs that
+    ``needs`` marks requiring a gradient (None: every one): zeros where backward gave none, None
+    where the input did not require one. ``upstream`` None: ones. A copy of it is handed to
+    backward, which may write into grad_output."""
+    needs = tuple(needs) if needs is not None else (True,) * len(inputs)
+    xs = [x.detach().requires_grad_(need) for x, need in zip(inputs, needs)]
+    with torch.enable_grad():
+        y = function(*xs)
+        u = torch.ones_like(y) if upstream is None else upstream.to(dtype=y.dtype).clone()
+        grads = iter(torch.autograd.grad(y, [x for x in xs if x.requires_grad], u, allow_unused=True))
+    found: list[np.ndarray | None] = []
+    for x, need in zip(xs, needs):
+        g = next(grads) if need else None
+        found.append(None if not need else np.zeros(tuple(x.shape)) if g is None else
+                     g.detach().to(device="cpu", dtype=torch.float64).numpy(force=True).copy())
+    return found
+
+
 def forward_graph(function, inputs: Sequence[Tensor]) -> tuple[list[Tensor], Tensor]:
     """The inputs as fresh leaves that require grad, and ``function``'s output on them: one forward
     call whose graph several backward calls can share (``vector_jacobian_products``'s ``graph``)."""

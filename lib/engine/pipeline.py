@@ -17,7 +17,8 @@ import torch
 
 from .conditions import check_conditions
 from .diagnosis import confirm, diagnose, diagnose_failure
-from .evaluate import DEFAULT_BUDGET_BYTES, summed_gradients, numerical_entries, numerical_gradient, numerical_jacobian, product_noise, with_values
+from .evaluate import (DEFAULT_BUDGET_BYTES, backward_products, numerical_entries, numerical_gradient, numerical_jacobian,
+                       product_noise, summed_gradients, with_values)
 from .judge import JacobianVerdict, check_jacobian, compare_entries, tolerances_text, truth_label, truth_scale
 from .planning import DifferencePlan, plan_differences
 from .report import PAIRS, Conditions, Failure, GradientReport, InputComparison, Verdict, error_map, non_finite
@@ -40,12 +41,7 @@ def _numpy(t: Tensor | None, like: Tensor) -> np.ndarray:
 
 
 def _gradients(function: Callable[..., Tensor], inputs: Sequence[Tensor], upstream: Tensor) -> list[np.ndarray]:
-    xs = [x.detach().requires_grad_() for x in inputs]
-    with torch.enable_grad():
-        y = function(*xs)
-        # a copy: a backward may write into grad_output, and the caller's upstream must survive it
-        grads = torch.autograd.grad(y, xs, upstream.to(dtype=y.dtype).clone(), allow_unused=True)
-    return [_numpy(g, x) for g, x in zip(grads, xs)]
+    return backward_products(function, inputs, None, upstream)
 
 
 def _jacobian(function: Callable[..., Tensor], inputs: Sequence[Tensor], index: int) -> np.ndarray:

@@ -98,6 +98,12 @@ class Conditions:
     def describe(self) -> str:
         """What was covered: "14 conditions: every subset of requires_grad (2), grad_output
         expanded, transposed and sliced, …"."""
+        count = len(self.ran)
+        return f"{count} condition{'s' if count != 1 else ''}: {self.covered}" if count else "no condition"
+
+    @property
+    def covered(self) -> str:
+        """The conditions run, by group: "every subset of requires_grad (2), grad_output expanded, …"."""
         groups: dict[str, list[ConditionResult]] = {}
         for r in self.ran:
             groups.setdefault(r.group, []).append(r)
@@ -111,8 +117,7 @@ class Conditions:
                 parts.append(f"{group} {_and(labels)}")
             else:
                 parts.extend(labels)
-        count = len(self.ran)
-        return f"{count} condition{'s' if count != 1 else ''}: {', '.join(parts)}" if count else "no condition"
+        return ", ".join(parts)
 
 
 def _and(words: list[str]) -> str:

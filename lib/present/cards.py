@@ -130,7 +130,7 @@ def details(report: GradientReport) -> tuple[str, ...]:
     if verdict.coverage:
         lines.append(("Without it, checked " if verdict.condition else "Checked ") + verdict.coverage + ".")
     if report.conditions is not None:
-        lines.append(f"{conditions_line(report)[1]}: {report.conditions.describe().split(': ', 1)[-1]}.")
+        lines.append(f"{conditions_line(report)[1]}: {report.conditions.covered}.")
         lines += [_capital(note) + "." for note in report.conditions.notes]
     coverage = report.jacobian.coverage if report.jacobian is not None else None
     if coverage is not None:
