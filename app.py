@@ -21,6 +21,10 @@ with ui.guard("This page"):
         ui.start_here()
     st.subheader("Verdict for this case")
     formulas = ui.compute(views.chosen_formulas, case, what="Reading the formulas…") or ()
+    parity = st.toggle("Parity: also run each formula compiled and under torch.func", False, key="home_parity", bind=ui.URL,
+                       help=f"torch.compile (aot_eager, inductor, fullgraph, dynamic), torch.func (grad, vjp, jvp, jacrev, jacfwd, "
+                            f"vmap) and double backward, each against the same truth. It compiles: about "
+                            f"{views.parity_seconds(case, len(formulas)):.0f} s for these formulas the first time, kept for the session.")
     slots = ui.card_slots(formulas)
     # each card as soon as its verdict is known (the cheap ones first), the contract lint after all of them
     reports = []
@@ -30,6 +34,12 @@ with ui.guard("This page"):
             reports.append(report)
             with slots[formula].container():
                 ui.verdict_card(report, key=formula)
+    for formula in formulas if parity else ():  # after every card: the grids take seconds, the verdicts do not
+        grid = ui.compute(views.parity, case, formula, what=f"Running {formula} compiled and under torch.func…")
+        report = next((r for r in reports if r.formula == formula), None)
+        if grid is not None and report is not None:
+            with slots[formula].container():
+                ui.verdict_card(report, key=formula, parity=grid)
     if reports:
         broken = ui.compute(views.contract_problems, case, what="Checking each Function's contract…")
         for formula, rules in (broken or {}).items():

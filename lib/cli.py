@@ -1,13 +1,15 @@
 """The ``gradient-lab`` command, for test suites, CI and the dashboard:
 
     gradient-lab check path/or/module [--family NAME] [--shape 8,16] [--dtype float64] [--seed 0]
-                       [--order 1|2] [--conditions default|all|none] [--format text|json|junit] [--report report.html]
+                       [--order 1|2] [--conditions default|all|none] [--parity [all|quick|PATH,...]]
+                       [--format text|json|junit] [--report report.html]
     gradient-lab app [--functions MODULE ...] [streamlit options, e.g. --server.port 8600]
 
 ``check`` loads the module as ``--functions`` does (``app.plugins``, with the same messages) and, for
 every family the module declares and every formula, runs what the home page runs: the
 whole-Jacobian verdict with its coverage and its conditions, the diagnosis, the second order, PyTorch's own
-conformance checks, and the Function contract's lint (``contract.anatomy``). The text format is a
+conformance checks, and the Function contract's lint (``contract.anatomy``); with ``--parity``, the
+gradient again under torch.compile, torch.func and double backward (``engine.parity``), which compiles. The text format is a
 table that reads at 100 columns; JSON is for machines; JUnit XML gives CI systems one test case per
 formula. ``--report`` also writes one self-contained HTML file (``present.html_report``).
 ``python -m lib.check`` in a checkout is the same as ``gradient-lab check``.
@@ -37,12 +39,13 @@ from xml.etree import ElementTree
 
 from .app import plugins, views
 from .app.case import Case
-from .engine.report import GradientReport
+from .engine.report import GradientReport, Parity
 from .engine.conditions import CONDITION_SETS
+from .engine.parity import PATH_KEYS, paths_of
 from .engine.second_order import FAILING
 from .contract.conformance import Check
 from .errors import LabError
-from .present.report_data import summary
+from .present.report_data import parity_data, summary
 from .app.family import get_family
 from .testing import failure_message
 
@@ -65,6 +68,7 @@ class FormulaResult:
     conformance: list[Check] = field(default_factory=list)
     conformance_note: str = ""  # why PyTorch's checks did not run, if they did not
     contract: list[str] = field(default_factory=list)  # the rules of the Function contract it breaks (lib.contract.anatomy), in words
+    parity: Parity | None = None  # the gradient under each way of running it, with --parity
     seconds: float = 0.0
     report: GradientReport | None = None
     case: Case | None = None
@@ -75,7 +79,12 @@ class FormulaResult:
 
     @property
     def passed(self) -> bool:
-        return not self.gradients_wrong and not self.contract
+        return not self.gradients_wrong and not self.contract and not self.parted
+
+    @property
+    def parted(self) -> tuple:
+        """The ways of running it whose gradient differs from the truth, or that raise (with --parity)."""
+        return self.parity.parted if self.parity is not None else ()
 
     @property
     def why(self) -> str:
@@ -104,6 +113,9 @@ class FormulaResult:
         if self.report is None:
             return self.summary
         text = failure_message(self.report, order=2) if self.gradients_wrong else f"first order {self.summary}"
+        for c in self.parted:
+            text += "\n" + textwrap.fill(f"{c.outcome} under {c.label}: {_cut(c.finding, 240)}", WIDTH, initial_indent="  ",
+                                         subsequent_indent="    ")
         if self.contract:
             text += "\n" + "\n".join(textwrap.fill(f"breaks the Function contract: {c}", WIDTH, initial_indent="  ",
                                                    subsequent_indent="    ") for c in self.contract)
@@ -124,6 +136,7 @@ class FormulaResult:
             "conformance_note": self.conformance_note,
             "conformance": [{"name": c.name, "status": c.status, "message": c.message} for c in self.conformance],
             "contract": self.contract,
+            "parity": parity_data(self.parity),
         }  # fmt: skip
 
 
@@ -156,13 +169,18 @@ def check_formula(case: Case, formula: str, correct: bool) -> FormulaResult:
     except LabError as error:
         result.contract = []
         result.conformance_note = result.conformance_note or str(error)
+    if case.parity:
+        try:
+            result.parity = views.parity(case, formula)
+        except LabError as error:
+            result.conformance_note = result.conformance_note or f"parity not run: {error}"
     result.seconds = time.monotonic() - start
     return result
 
 
 def check_module(source: str, *, family: str | None = None, shape: tuple[int, ...] = (8, 16), dtype: str = "float64",
                  seed: int = 0, order: int | None = None, progress: Progress | None = None,
-                 conditions: str = "default") -> list[FormulaResult]:
+                 conditions: str = "default", parity: str = "") -> list[FormulaResult]:
     """Every formula of every family ``source`` declares (or of ``family`` alone), to ``order``
     (None: as each family declares). Raises LabError when the module cannot be loaded or declares
     no such family."""
@@ -180,7 +198,8 @@ def check_module(source: str, *, family: str | None = None, shape: tuple[int, ..
         declared = get_family(name)
         for formula, spec in declared.formulas.items():
             progress.say(f"checking {name} / {formula} …")
-            case = Case(family=name, formulas=(formula,), shape=shape, dtype=dtype, seed=seed, order=order, conditions=conditions)
+            case = Case(family=name, formulas=(formula,), shape=shape, dtype=dtype, seed=seed, order=order, conditions=conditions,
+                        parity=parity)
             results.append(check_formula(case, formula, spec.correct))
     return results
 
@@ -203,6 +222,12 @@ def text_table(results: Sequence[FormulaResult]) -> str:
             lines.append(textwrap.fill(f"why: {r.why}", WIDTH, initial_indent="    ", subsequent_indent="      "))
         for broken in r.contract:
             lines.append(textwrap.fill(f"contract: {broken}", WIDTH, initial_indent="    ", subsequent_indent="      "))
+        if r.parity is not None:
+            lines.append(textwrap.fill(f"parity: {r.parity.describe()}", WIDTH, initial_indent="    ", subsequent_indent="      "))
+            lines += [f"      {c.label:<52} {c.outcome}" for c in r.parity.cells]
+            failed = [t.name for t in r.parity.opcheck if not t.passed]
+            if r.parity.opcheck:
+                lines.append(f"    opcheck: {'fails ' + ', '.join(failed) if failed else 'passes'} (it checks no numbers)")
     lines.append("-" * WIDTH)
     failed = [r for r in results if r.status == "FAILED"]
     warned = [r for r in results if r.status == "warning"]
@@ -261,6 +286,13 @@ def junit_xml(results: Sequence[FormulaResult]) -> str:
                 ElementTree.SubElement(sub, "failure", message=_cut(c.finding, 300), type="condition fail").text = c.finding
             elif c.outcome in ("not applicable", "as plain"):
                 ElementTree.SubElement(sub, "skipped", message=f"{c.outcome}: {_cut(c.finding, 200)}")
+        for c in r.parity.cells if r.parity is not None else ():
+            sub = ElementTree.SubElement(suite, "testcase", classname=f"gradient_lab.{r.family}.{r.formula}.parity", name=c.label,
+                                         time=f"{c.seconds:.3f}")
+            if c.parted and r.correct:
+                ElementTree.SubElement(sub, "failure", message=_cut(c.finding, 300), type=f"parity {c.outcome}").text = c.finding
+            elif c.outcome != "agrees":
+                ElementTree.SubElement(sub, "skipped", message=f"{c.outcome}: {_cut(c.finding or c.error, 200)}")
     suite.set("tests", str(len(suite)))
     suite.set("failures", str(sum(1 for t in suite for child in t if child.tag == "failure")))
     suite.set("skipped", str(sum(1 for t in suite for child in t if child.tag == "skipped")))
@@ -292,6 +324,10 @@ def _check_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--conditions", choices=CONDITION_SETS, default="default",
                    help="the verdict again under conditions (requires_grad subsets, grad_output and input layouts, aliasing, an empty "
                         "batch, ties): default, all (every subset, every row), or none")
+    p.add_argument("--parity", nargs="?", const="all", default="", metavar="all|quick|PATH,...",
+                   help="the gradient again under torch.compile (aot_eager, inductor, fullgraph, dynamic), torch.func (grad, vjp, "
+                        f"jvp, jacrev, jacfwd, vmap) and double backward; it compiles, so it takes seconds per formula. quick: no "
+                        f"inductor. Paths: {', '.join(PATH_KEYS)}")
     p.add_argument("--order", type=int, choices=(1, 2), default=None,
                    help="check the gradients to this order: 1 leaves double backward unchecked (default: as each family declares, else 2)")
     p.add_argument("--format", choices=FORMATS, default="text", help="text (a table), json, or junit (XML)")
@@ -319,8 +355,13 @@ def parser() -> argparse.ArgumentParser:
 def check(args: argparse.Namespace) -> int:
     progress = Progress()
     try:
+        paths_of(args.parity or "all")
+    except ValueError as error:  # an unknown --parity path, refused before anything runs
+        print(f"gradient lab: {error}", file=sys.stderr)
+        return 2
+    try:
         results = check_module(args.source, family=args.family, shape=args.shape, dtype=args.dtype, seed=args.seed,
-                               order=args.order, progress=progress, conditions=args.conditions)
+                               order=args.order, progress=progress, conditions=args.conditions, parity=args.parity)
     except LabError as error:
         print(f"gradient lab: cannot check {args.source}: {error}", file=sys.stderr)
         return 2

@@ -58,11 +58,13 @@ def as_family(function, inputs: Sequence[Tensor], reference=None, name: str | No
 
 def check_gradients(function, inputs: Tensor | Sequence[Tensor], *, reference=None, surrogate=None, order: int = 2, seed: int = 0,
                     step: float | None = None, atol: float | None = None, rtol: float | None = None,
-                    conditions: str = "default") -> GradientReport:
+                    conditions: str = "default", parity: bool | str | Sequence[str] = False) -> GradientReport:
     """The app's gradient report for ``function`` on ``inputs`` (copies; the inputs are not changed).
     ``surrogate``: plain torch ops whose autograd gradient is the intended one (see ``declare``);
     ``order=1``: the second order is not checked; ``conditions``: "default", "all" or "none" (the
-    verdict again with requires_grad subsets, grad_output and input layouts, aliasing, sizes, ties)."""
+    verdict again with requires_grad subsets, grad_output and input layouts, aliasing, sizes, ties);
+    ``parity``: True (every path), a set ("quick": no inductor) or path keys (``engine.parity.PATHS``):
+    the gradient again under torch.compile, torch.func and double backward."""
     inputs = (inputs,) if isinstance(inputs, Tensor) else tuple(inputs)
     if not all(isinstance(x, Tensor) for x in inputs) or not any(differentiable(x) for x in inputs):
         raise TypeError("inputs must be one floating-point tensor or a sequence of tensors with at least one floating-point "
@@ -71,22 +73,30 @@ def check_gradients(function, inputs: Tensor | Sequence[Tensor], *, reference=No
     if order not in (1, 2):
         raise ValueError(f"order must be 1 or 2, not {order!r}")
     family = as_family(function, copies, reference, surrogate=surrogate, order=order)
-    return compare_gradients(family, family.name, copies, seed=seed, step=step, atol=atol, rtol=rtol, order=order, conditions=conditions)
+    return compare_gradients(family, family.name, copies, seed=seed, step=step, atol=atol, rtol=rtol, order=order, conditions=conditions,
+                             parity=_parity_paths(parity))
+
+
+def _parity_paths(parity: bool | str | Sequence[str]) -> str | Sequence[str] | None:
+    return "all" if parity is True else None if parity is False or parity is None else parity
 
 
 def assert_gradients_match(function, inputs: Tensor | Sequence[Tensor], reference: Callable[..., Tensor] | None = None, *,
                            surrogate: Callable[..., Tensor] | None = None, order: int = 1, seed: int = 0, step: float | None = None,
-                           atol: float | None = None, rtol: float | None = None, conditions: str = "default") -> GradientReport:
+                           atol: float | None = None, rtol: float | None = None, conditions: str = "default",
+                           parity: bool | str | Sequence[str] = False) -> GradientReport:
     """Raise AssertionError unless ``function``'s backward matches the truth on every Jacobian
     entry at ``inputs`` (and, with ``order=2``, its double backward does too, or is not
     differentiable by design, ``@once_differentiable``); return the report. ``surrogate``: the
     intended gradient, where it is not the derivative of forward (see ``declare``). ``conditions``:
-    which conditions the match must also hold under ("default", "all", "none")."""
+    which conditions the match must also hold under ("default", "all", "none"). ``parity``: True, a
+    set ("quick") or path keys: the match must also hold however it is run (torch.compile, torch.func,
+    double backward), with no path that differs or raises; it compiles, so it takes seconds."""
     report = check_gradients(function, inputs, reference=reference, surrogate=surrogate, order=order, seed=seed, step=step,
-                             atol=atol, rtol=rtol, conditions=conditions)
+                             atol=atol, rtol=rtol, conditions=conditions, parity=parity)
     for observe in _OBSERVERS:
         observe(report, order, _name(function))
-    if report.passed(order):
+    if report.passed(order) and not (report.parity is not None and report.parity.parted):
         return report
     raise AssertionError(failure_message(report, order))
 
@@ -105,6 +115,8 @@ def failure_message(report: GradientReport, order: int = 1) -> str:
     worst = _worst_drawn(report)
     if worst:
         lines.append(wrap(worst))
+    for cell in report.parity.parted if report.parity is not None else ():  # right in eager, not as it is run
+        lines.append(wrap(f"parity: {cell.outcome} under {cell.label}: {cell.finding}"))
     lines.append(wrap(f"first order {report.verdict.summary}"))
     if order == 2:
         second = report.second_order

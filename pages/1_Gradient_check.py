@@ -17,10 +17,11 @@ from gradient_lab.present.figures.check import (
     error_histogram,
     gradient_heatmaps,
     jacobian_heatmaps,
+    parity_error_map,
     step_sweep_figure,
     worst_elements,
 )
-from gradient_lab.present.cards import conditions_line as card_conditions, condition_rows
+from gradient_lab.present.cards import condition_rows, conditions_line as card_conditions, parity_line as card_parity, parity_rows, styled_parity
 from gradient_lab.present.report_data import drawable, element_rows, pair_name, plan_sources, shown, summary
 from gradient_lab.present.reproduce import file_name, python_snippet
 
@@ -73,6 +74,38 @@ with ui.guard("This page"):
             st.table(condition_rows(report), border="horizontal")
             for note in report.conditions.notes:
                 st.caption(note[0].upper() + note[1:] + ".")
+
+    # ---- parity: the same gradient however it is run -----------------------------------------------------
+    if report is not None:
+        st.subheader("Parity: compiled, under torch.func, twice differentiated")
+        st.caption(f"The same truth and tolerances, with the formula run under torch.compile (aot_eager, inductor, fullgraph, "
+                   f"dynamic over two sizes), torch.func (grad, vjp, jvp, jacrev, jacfwd, vmap) and double backward, eager and "
+                   f"compiled. It compiles: about {views.parity_seconds(case):.0f} s the first time, then kept for the session.")
+        if st.toggle("Run the parity grid", False, key="check_parity", bind=ui.URL):
+            grid = ui.compute(views.parity, case, formula, what=f"Running {formula} compiled and under torch.func…")
+            if grid is not None:
+                line = card_parity(grid)
+                st.markdown(f"{ui.badge(line[0])} {line[1]}")
+                rows = parity_rows(grid)
+                chosen = st.dataframe(styled_parity(rows), hide_index=True, width="stretch", key="check_parity_table",
+                                      on_select="rerun", selection_mode="single-row")
+                picked = chosen.selection.rows if chosen is not None else []
+                cell = grid.cells[picked[0]] if picked else next((c for c in grid.cells if c.differences), None)
+                if cell is not None and cell.differences:
+                    index = st.radio("Error map of", range(len(cell.names)), format_func=lambda i: cell.names[i], horizontal=True,
+                                     key="check_parity_entry") if len(cell.names) > 1 else 0
+                    ui.chart(parity_error_map(cell, index), key="check_parity_map")
+                    st.caption(f"{cell.label}: {cell.finding}")
+                else:
+                    st.caption("Click a row that differs to see its error map: this path's gradient minus the truth.")
+                if grid.graph_breaks:
+                    st.markdown("**Graph breaks**: " + "; ".join(grid.graph_breaks))
+                st.caption(f"Custom backward bypassed (the canary): {grid.canary}. {grid.compiler[0].upper() + grid.compiler[1:]}.")
+                if grid.opcheck:
+                    st.markdown("**torch.library.opcheck** (schema, autograd registration, fake tensors, AOT dispatch; it checks "
+                                "no numbers):")
+                    st.markdown("\n".join(f"- {ui.badge('pass' if t.passed else 'fail')} {t.name}" + (f": {t.message}" if t.message else "")
+                                          for t in grid.opcheck))
 
     # ---- the diagnosis: why, not only where --------------------------------------------------------------
     if report is not None and (report.diagnosis is not None and report.diagnosis.findings or not report.verdict.passed):

@@ -36,6 +36,7 @@ class Case:
     upstream: str = "loss"  # the upstream gradient the maps draw: the loss's, "ones" or "random" (seeded)
     order: int | None = None  # how many times the formulas are checked differentiable; None: as the family declares
     conditions: str = "default"  # which conditions the verdict runs under (lib.engine.conditions.CONDITION_SETS)
+    parity: str = ""  # which ways of running it the parity grid runs (lib.engine.parity.PARITY_SETS or keys); "": none
 
     def get_family(self) -> Family:
         try:

@@ -8,7 +8,7 @@ results, so that ``lib.ui`` can cache them by their arguments and pages stay thi
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -16,7 +16,8 @@ import torch
 from . import budget, guard
 from .case import Case
 from ..engine.pipeline import check
-from ..engine.report import GradientReport
+from ..engine.parity import estimate_seconds, paths_of
+from ..engine.report import GradientReport, Parity
 from ..explore.step_sweep import StepSweep, step_sweep
 from ..contract.conformance import Check, conformance_report
 from .devices import available_devices
@@ -76,7 +77,7 @@ def _sizes(case: Case) -> tuple[int, int, int]:
 MAX_CHECK_ELEMENTS = 2**18  # per input: finite differences cost (colours × 2) evaluations of it
 
 
-def _report(case: Case, formula: str, held: float = 0) -> GradientReport:
+def _report(case: Case, formula: str, held: float = 0, parity: str | None = None) -> GradientReport:
     """``held``: bytes the caller keeps while this report is computed (earlier reports of a list)."""
     n = math.prod(case.shape)
     if n > MAX_CHECK_ELEMENTS:
@@ -92,7 +93,7 @@ def _report(case: Case, formula: str, held: float = 0) -> GradientReport:
     problem = _problem(case, formula)
     tolerances = default_tolerances(case.torch_dtype(), step=case.step, atol=case.atol, rtol=case.rtol)
     plans = guard.require_report_memory(problem, tolerances, what, held)  # planned once: the engine runs the guard's plan
-    return _check(case, problem, plans=plans, work_limit=budget.work_limit(), budget_bytes=guard.chunk_bytes())
+    return _check(case, problem, plans=plans, work_limit=budget.work_limit(), budget_bytes=guard.chunk_bytes(), parity=parity)
 
 
 def _check(case: Case, problem, **options) -> GradientReport:
@@ -104,6 +105,26 @@ def compare_case(case: Case, formula: str, inputs=None, **options) -> GradientRe
     """The engine's check of a Case's formula on its inputs (built here unless given), unguarded."""
     problem = case.get_family().problem(formula, case.inputs() if inputs is None else inputs, case.param_values())
     return _check(case, problem, **options)
+
+
+def parity(case: Case, formula: str) -> Parity | None:
+    """The parity grid of ``formula`` (``case.parity``'s paths, "all" where none is named): the
+    verdict's truth and tolerances, its gradient under each way of running it. Seconds: it compiles."""
+    which = case.parity or "all"
+    try:
+        paths_of(which)  # an unknown path is refused before anything runs
+    except ValueError as error:
+        raise LabError(str(error)) from None
+    plain = replace(case, conditions="none", parity="")  # the grid needs the verdict's truth, not its conditions
+    return _report(plain, formula, parity=which).parity
+
+
+def parity_seconds(case: Case, formulas: int = 1) -> float:
+    """What a parity grid of ``formulas`` would cost, before it runs (a page says so beside its switch)."""
+    try:
+        return estimate_seconds(formulas, case.parity or "all")
+    except ValueError:
+        return estimate_seconds(formulas)
 
 
 def chosen_formulas(case: Case) -> tuple[str, ...]:

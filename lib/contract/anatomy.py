@@ -200,8 +200,19 @@ def _is_custom(node) -> bool:
     return isinstance(node, torch.autograd.function.BackwardCFunction)
 
 
+_GENERATED = "GeneratedBackwardFor_"  # the autograd.Function torch.library makes for a custom op's register_autograd
+
+
 def _node_name(node) -> str:
-    return type(node).__name__
+    """A node's name; a custom op's by its op (``ns::name``), not by the class torch.library generated."""
+    name = type(node).__name__
+    if not name.startswith(_GENERATED):
+        return name
+    from torch._library.custom_ops import OPDEFS
+
+    mangled = name.removeprefix(_GENERATED).removesuffix("Backward")
+    op = next((qualified for qualified in OPDEFS if qualified.replace("::", "_") + "_default" == mangled), mangled)
+    return f"custom op {op}"
 
 
 def _identity(t: Tensor) -> tuple:
@@ -559,7 +570,9 @@ def anatomy(function: Callable, inputs: Sequence[Tensor], names: Sequence[str], 
                     cost[name] = _cost(timed_function, inputs)
             except Exception:  # noqa: BLE001 - a backward PyTorch rejects cannot be timed; the lint says why
                 continue
-    return Anatomy(customs[0]._forward_cls.__name__ if customs else getattr(function, "__name__", "formula"),
+    first = customs[0] if customs else None
+    return Anatomy((_node_name(first) if _node_name(first).startswith("custom op") else first._forward_cls.__name__) if first is not None
+                   else getattr(function, "__name__", "formula"),
                    tuple(_node_name(n) for n in customs), saved, reference_saved, attributes, returned, _unique(broken),
                    graph_dot(output, names, xs, saved), cost)
 

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from .conditions import check_conditions
+from .parity import check_parity
 from .diagnosis import confirm, diagnose, diagnose_failure
 from .evaluate import (DEFAULT_BUDGET_BYTES, backward_products, numerical_entries, numerical_gradient, numerical_jacobian,
                        product_noise, summed_gradients, with_values)
@@ -418,6 +419,7 @@ def check(
     conditions: str = "default",
     unit: float = 0.0,
     diagnose_it: bool = True,
+    parity: str | Sequence[str] | None = None,
 ) -> GradientReport:
     """Analytic vs reference vs numerical, stage by stage: plan (unless ``plans`` are given, as the
     guard made them) and evaluate, judge the whole Jacobian (``judge``), the drawn gradient for
@@ -431,7 +433,9 @@ def check(
     (``conditions.CONDITION_SETS``): the verdict again under each condition (requires_grad
     subsets, grad_output and input layouts, aliasing, sizes, ties), "none" for the plain one alone.
     ``unit``: a floor under atol's unit (``Tolerances.unit``); ``diagnose_it=False``: no diagnosis
-    (a condition's check where the plain verdict already has one).
+    (a condition's check where the plain verdict already has one). ``parity`` (``parity.PARITY_SETS``
+    or path keys): the gradient again under each way of running it (compile, torch.func, double
+    backward); None: not run (it compiles: seconds, not milliseconds).
     """
     inputs, names = problem.inputs, problem.names
     dtype = next((x.dtype for x in inputs), torch.float64)
@@ -468,6 +472,9 @@ def check(
                          work_limit=work_limit, order=1, conditions="none", unit=unit, diagnose_it=jacobian.passed)
 
         found = check_conditions(problem, tolerances, jacobian, e.plans, judge_point, which=conditions, seed=seed, budget_bytes=budget_bytes)
+    grid = None
+    if e.failure is None and parity is not None:  # the same truth and tolerances, under each way of running it
+        grid = check_parity(problem, tolerances, jacobian, e.plans, which=parity, seed=seed, budget_bytes=budget_bytes, order=order)
     comparisons = _maps(problem, e, jacobian, tolerances, jacobian_limit, budget_bytes)
     trusted = [jacobian is not None and jacobian.coverage.judged_by_reference(name) for name in names]
     drawn = None if e.failure else _drawn_gradient_finding(comparisons, tolerances, trusted, jacobian.second_looked,
@@ -499,6 +506,7 @@ def check(
         diagnosis=diagnosis,
         signature=problem.signature,
         conditions=found,
+        parity=grid,
     )
 
 

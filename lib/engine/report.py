@@ -251,6 +251,80 @@ class InputComparison:
         return index, {source: float(self.gradients[source][index]) for source in SOURCES}
 
 
+PARITY_OUTCOMES = ("agrees", "differs", "as eager", "raises", "not supported", "skipped")  # "as eager": eager's wrong gradient again
+
+
+@dataclass(frozen=True)
+class ParityCell:
+    """What one path gave, judged."""
+
+    key: str
+    group: str
+    label: str
+    outcome: str  # one of PARITY_OUTCOMES
+    finding: str = ""  # in words: the worst entry's three values, what raised, what is lacking and whose
+    worst: str = ""  # the element named, where it differs
+    error: str = ""  # the exception, shortened, where it raised or is not supported
+    whose: str = ""  # where not supported or raising: "the Function" or "PyTorch"
+    differences: tuple = ()  # per input, the path's value − the truth's, for the worst probe (the error map)
+    names: tuple[str, ...] = ()  # what ``differences`` holds, per entry
+    graphs: int | None = None  # graphs compiled (compile paths)
+    recompiles: int | None = None  # graphs compiled again at the second size (dynamic)
+    bypassed: bool = False  # the compiled gradient is autograd through the forward, not the Function's backward
+    note: str = ""  # not a failure: a path that agrees only trivially (it ran eagerly), a recompile
+    seconds: float = 0.0
+
+    @property
+    def parted(self) -> bool:
+        """Where this path and eager part: it differs, or raises."""
+        return self.outcome in ("differs", "raises")
+
+
+@dataclass(frozen=True)
+class OpcheckTest:
+    """One of ``torch.library.opcheck``'s tests of a custom op."""
+
+    name: str  # "test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic"
+    passed: bool
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Parity:
+    """The grid of one formula: a cell per path, the graph breaks, the canary, and a custom op's opcheck."""
+
+    cells: tuple[ParityCell, ...]
+    kind: str  # "autograd.Function", "custom op" or "callable"
+    graph_breaks: tuple[str, ...] = ()
+    canary: str = ""  # what the custom-backward-bypassed canary can tell for this formula
+    opcheck: tuple[OpcheckTest, ...] = ()
+    compiler: str = ""  # whether inductor could run
+    seconds: float = 0.0
+
+    @property
+    def parted(self) -> tuple[ParityCell, ...]:
+        return tuple(c for c in self.cells if c.parted)
+
+    def cell(self, key: str) -> ParityCell | None:
+        return next((c for c in self.cells if c.key == key), None)
+
+    def describe(self) -> str:
+        """One line: how many paths agree, and where they part."""
+        counted = [c for c in self.cells if c.outcome in ("agrees", "differs", "as eager", "raises")]
+        agreeing = sum(c.outcome == "agrees" for c in counted)
+        words = f"agrees in {agreeing} of {len(counted)} ways of running it"
+        parted = self.parted
+        if parted:
+            words += "; " + "; ".join(f"{c.outcome} under {c.label}" for c in parted)
+        unsupported = [c for c in self.cells if c.outcome == "not supported"]
+        if unsupported:
+            words += f"; {len(unsupported)} not supported"
+        failed = [t.name for t in self.opcheck if not t.passed]
+        if self.opcheck:
+            words += f"; opcheck: {'fails ' + ', '.join(failed) if failed else 'passes its four tests'}"
+        return words
+
+
 @dataclass(frozen=True)
 class GradientReport:
     family: str
@@ -272,6 +346,7 @@ class GradientReport:
     diagnosis: Diagnosis | None = None  # why the formula is wrong, where it is
     signature: Signature | None = None  # what the Function takes and gives; None when no forward ran
     conditions: Conditions | None = None  # the verdict again under each condition; None: not run
+    parity: Parity | None = None  # the gradient under each way of running it (lib.engine.parity); None: not run
 
     def passed(self, order: int = 2) -> bool:
         """The first-order verdict passes and, with ``order=2``, the second order is not wrong

@@ -161,6 +161,27 @@ def card(report: GradientReport) -> Card:
 
 
 CONDITION_COLUMNS = ("condition", "outcome", "worst entry", "why")
+PARITY_COLUMNS = ("way of running it", "outcome", "worst entry", "why", "seconds")
+
+
+def parity_line(parity) -> tuple[str, str] | None:
+    """The grid in one line, with its outcome: "fail" (a path differs or raises), "as plain"
+    (every path gives eager's gradient, which is wrong), or "pass" (every supported path agrees)."""
+    if parity is None:
+        return None
+    parted = parity.parted
+    outcome = "fail" if parted else "as plain" if any(c.outcome == "as eager" for c in parity.cells) else "pass"
+    return outcome, _capital(parity.describe())
+
+
+def parity_rows(parity) -> list[dict]:
+    """The Parity table: one row per way of running the formula, in the grid's order."""
+    if parity is None:
+        return []
+    return [dict(zip(PARITY_COLUMNS, (c.label, c.outcome, c.worst or "—",
+                                      _capital(" ".join(w for w in (c.finding, c.note) if w)) if c.finding or c.note else "—",
+                                      round(c.seconds, 2))))
+            for c in parity.cells]
 
 
 def condition_rows(report: GradientReport) -> list[dict]:
@@ -171,3 +192,16 @@ def condition_rows(report: GradientReport) -> list[dict]:
     results = sorted(report.conditions.results, key=lambda r: order.get(r.outcome, 4))
     return [dict(zip(CONDITION_COLUMNS, (r.name, r.outcome, r.worst or "—", _capital(r.finding) if r.finding else "—")))
             for r in results]
+
+
+# the Parity table's rows, coloured by outcome: a difference or a raise stands out, a limit stays quiet
+PARITY_COLOURS = {"agrees": "#dcf3e4", "differs": "#f9d5d5", "raises": "#fde4c4", "as eager": "#ececec",
+                  "not supported": "#f5f5f5", "skipped": "#f5f5f5"}
+
+
+def styled_parity(rows: list[dict]):
+    """``parity_rows`` as a pandas Styler, each row coloured by its outcome (``PARITY_COLOURS``)."""
+    import pandas as pd
+
+    frame = pd.DataFrame(rows, columns=list(PARITY_COLUMNS))
+    return frame.style.apply(lambda row: [f"background-color: {PARITY_COLOURS.get(row['outcome'], '')}"] * len(row), axis=1)

@@ -15,7 +15,7 @@ from typing import Sequence
 
 import plotly.graph_objects as go
 
-from .cards import CONDITION_COLUMNS, condition_rows, conditions_line
+from .cards import CONDITION_COLUMNS, PARITY_COLUMNS, condition_rows, conditions_line, parity_line, parity_rows
 from ..app import views
 from ..errors import LabError
 from .figures.check import diagnosis_scatter, error_heatmap, gradient_heatmaps, step_sweep_figure
@@ -65,6 +65,17 @@ def _section(result, first: list[bool]) -> str:
                      + "".join(f'<tr class="{"FAILED" if row["outcome"] == "fail" else "ok"}">'
                                + "".join(f"<td>{html.escape(str(row[h]))}</td>" for h in CONDITION_COLUMNS) + "</tr>" for row in rows)
                      + "</table>")
+    if result.parity is not None:  # however it is run: compile, torch.func, double backward
+        parts.append(f"<h3>Parity: {html.escape(parity_line(result.parity)[1])}</h3><table><tr>"
+                     + "".join(f"<th>{html.escape(h)}</th>" for h in PARITY_COLUMNS) + "</tr>"
+                     + "".join(f'<tr class="{"FAILED" if row["outcome"] in ("differs", "raises") else "ok"}">'
+                               + "".join(f"<td>{html.escape(str(row[h]))}</td>" for h in PARITY_COLUMNS) + "</tr>"
+                               for row in parity_rows(result.parity)) + "</table>")
+        if result.parity.graph_breaks:
+            parts.append("<p>Graph breaks: " + html.escape("; ".join(result.parity.graph_breaks)) + "</p>")
+        if result.parity.opcheck:
+            parts.append("<p>torch.library.opcheck: " + html.escape("; ".join(
+                f"{t.name} {'passes' if t.passed else 'fails: ' + t.message}" for t in result.parity.opcheck)) + "</p>")
     parts.append(_figure(diagnosis_scatter(report), first))
     for comparison in report.inputs:
         parts.append(_figure(gradient_heatmaps(comparison), first))

@@ -161,6 +161,7 @@ def summary(report: GradientReport, case=None) -> dict:
         "signature": _signature(report),
         "failed condition": report.verdict.condition or None,  # the condition it fails under alone, where the plain verdict passes
         "conditions": _conditions(report),
+        "parity": parity_data(report.parity),
         "notes": list(report.notes),
         "inputs": inputs,
     }
@@ -174,6 +175,20 @@ def _conditions(report: GradientReport) -> dict | None:
     return {"covered": report.conditions.describe(), "notes": list(report.conditions.notes),
             "results": [{"name": r.name, "group": r.group, "outcome": r.outcome, "finding": r.finding or None, "worst": r.worst or None,
                          "failure": failure(r.failure)} for r in report.conditions.results]}
+
+
+def parity_data(parity) -> dict | None:
+    """The parity grid (``lib.engine.parity``): one entry per cell, the graph breaks, the canary,
+    and a custom op's opcheck tests."""
+    if parity is None:
+        return None
+    cell = lambda c: {"path": c.key, "group": c.group, "label": c.label, "outcome": c.outcome, "finding": c.finding or None,  # noqa: E731
+                      "worst": c.worst or None, "error": c.error or None, "whose": c.whose or None, "graphs": c.graphs,
+                      "recompiles": c.recompiles, "bypassed": c.bypassed, "note": c.note or None, "seconds": round(c.seconds, 3)}
+    return {"kind": parity.kind, "summary": parity.describe(), "cells": [cell(c) for c in parity.cells],
+            "graph breaks": list(parity.graph_breaks), "canary": parity.canary, "compiler": parity.compiler,
+            "opcheck": [{"test": t.name, "passed": t.passed, "message": t.message or None} for t in parity.opcheck],
+            "seconds": round(parity.seconds, 3)}
 
 
 def _signature(report: GradientReport) -> dict | None:

@@ -9,14 +9,15 @@ from typing import Sequence
 import streamlit as st
 
 from ..engine.report import GradientReport
-from ..present.cards import card
+from ..present.cards import card, parity_line
 from ..present.figures.cards import card_figure
 from .show import badge, sentence
 
 
-def verdict_card(report: GradientReport, key: str, wide: bool = False) -> None:
+def verdict_card(report: GradientReport, key: str, wide: bool = False, parity=None) -> None:
     """The badge and name, the headline, the key numbers and the picture (beside them when
-    ``wide``, below them in a column of cards); the evidence under Details."""
+    ``wide``, below them in a column of cards); the evidence under Details. ``parity``: the
+    formula's parity grid, where one ran, in one line."""
     shown = card(report)
     with st.container(border=True, key=f"card_{key}"):
         words, picture = st.columns([3, 2], vertical_alignment="center") if wide else (st.container(), st.container())
@@ -28,6 +29,9 @@ def verdict_card(report: GradientReport, key: str, wide: bool = False) -> None:
                         help=" ".join(f"{number.label.capitalize()}: {number.help}." for number in shown.numbers))
             if shown.conditions is not None:  # where the Function will really run: subsets, layouts, aliasing, sizes, ties
                 st.markdown(f"{badge(shown.conditions[0])} {sentence(shown.conditions[1])}")
+            line = parity_line(parity)
+            if line is not None:  # however it is run: torch.compile, torch.func, double backward
+                st.markdown(f"{badge(line[0])} Parity: {sentence(line[1][0].lower() + line[1][1:])}")
         with picture:
             svg = card_figure(shown, report)
             if svg is not None:

@@ -165,12 +165,21 @@ SignAndNormFixedFunction = _tutorial_variant(
 # --------------------------------------------------------------------------------------------
 
 
+def _result_dtype(x1: Tensor, x2: Tensor) -> torch.dtype:
+    """``torch.result_type(x1, x2)`` for floating inputs, written so that torch.compile traces it
+    (result_type returns no tensor, which dynamo cannot put in a graph): a 0-d input defers to one
+    with dims, as in PyTorch's promotion."""
+    if (x1.dim() == 0) != (x2.dim() == 0) and x1.is_floating_point() and x2.is_floating_point():
+        return x2.dtype if x1.dim() == 0 else x1.dtype
+    return torch.promote_types(x1.dtype, x2.dtype)
+
+
 def _aligned(x1: Tensor, x2: Tensor, dim: int) -> tuple[Tensor, Tensor, int]:
     """x1 and x2 in their common dtype (PyTorch's promotion), with the same number of dims (at
     least one: a 0-d input is a vector of one element) and the same size along ``dim`` (views,
     no copies), and ``dim`` made non-negative, as ``F.cosine_similarity`` reads them. Other dims
     are left to broadcast in the arithmetic, so each norm is taken over its own input only."""
-    dtype = torch.result_type(x1, x2)
+    dtype = _result_dtype(x1, x2)
     # float16 and bfloat16 in float32 (opmath): their norms' squares and 1/eps terms leave their
     # range; results are rounded back at the end
     x1, x2 = opmath(x1.to(dtype)), opmath(x2.to(dtype))
@@ -299,7 +308,7 @@ class CosineSimilarityFunction(torch.autograd.Function):
     @staticmethod
     def forward(x1, x2, dim=1, eps=1e-8):
         a1, a2, d = _aligned(x1, x2, dim)
-        y = _cosine(a1, a2, d, eps).to(torch.result_type(x1, x2))
+        y = _cosine(a1, a2, d, eps).to(_result_dtype(x1, x2))
         return y.reshape(()) if max(x1.dim(), x2.dim()) == 0 else y
 
     @staticmethod

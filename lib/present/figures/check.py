@@ -486,3 +486,24 @@ def diagnosis_scatter(report: GradientReport) -> go.Figure | None:
         xaxis_title=f"true entry ({truth_name})", yaxis_title="the formula's entry (analytic)", height=480, **LEGEND_BELOW,
     )
     return fig
+
+
+def parity_error_map(cell, index: int = 0) -> go.Figure | None:
+    """One parity cell's error map (``lib.engine.parity``): what this way of running the formula
+    gave minus the truth, for entry ``index`` of what it compared (an input's gradient, or the
+    output), on a diverging scale centred at 0, its worst element marked. None: nothing differs."""
+    if not cell.differences or index >= len(cell.differences):
+        return None
+    signed = np.asarray(cell.differences[index], dtype=float)
+    name = cell.names[index] if index < len(cell.names) else f"entry {index}"
+    z, text, x_title, y_title = _grid(np.where(np.isfinite(signed), signed, np.nan), name)
+    fig = go.Figure(go.Heatmap(
+        z=z, text=text, colorscale=DIVERGING, zmid=0.0, hoverongaps=False,
+        colorbar={"title": {"text": "path − truth"}, "exponentformat": "power"},
+        hovertemplate=f"{_where(name, signed.ndim)}<br>path − truth: %{{z:.6g}}<extra></extra>",
+    ))  # fmt: skip
+    finite = np.isfinite(signed)
+    peak = float(np.abs(np.where(finite, signed, 0.0)).max(initial=0.0))
+    base_layout(fig, f"{name} under {cell.label}: this path − the truth (max |·| {peak:.3g})", x_title, y_title)
+    fig.update_yaxes(autorange="reversed")
+    return fig
