@@ -39,7 +39,7 @@ with ui.guard("This page"):
         report = next((r for r in reports if r.formula == formula), None)
         if grid is not None and report is not None:
             with slots[formula].container():
-                ui.verdict_card(report, key=formula, parity=grid)
+                ui.verdict_card(report, key=f"{formula}_parity", parity=grid)
     if reports:
         broken = ui.compute(views.contract_problems, case, what="Checking each Function's contract…")
         for formula, rules in (broken or {}).items():

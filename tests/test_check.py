@@ -154,3 +154,41 @@ def test_order_1_leaves_the_second_order_unchecked(capsys):
     assert cli.main(["check", BROKEN, "--order", "1", "--format", "json"]) == 1  # its first order is wrong too
     (formula,) = json.loads(capsys.readouterr().out)["formulas"]
     assert formula["report"]["second order"]["outcome"] == "not checked" and "order=1" in formula["report"]["second order"]["verdict"]
+
+
+PARITY_OPS = str(ROOT / "tests" / "fixtures" / "parity_ops.py")
+
+
+def test_parity_gives_each_formula_its_grid_in_json_junit_and_text(capsys):
+    args = ["check", PARITY_OPS, "--shape", "4,3", "--conditions", "none", "--parity", "eager,aot_eager,grad"]
+    assert cli.main([*args, "--format", "json"]) == 0  # the correct ones agree; the buggy ones are caught
+    data = json.loads(capsys.readouterr().out)
+    grids = {(f["family"], f["formula"]): f["parity"] for f in data["formulas"]}
+    assert all([c["path"] for c in g["cells"]] == ["eager", "aot_eager", "grad"] for g in grids.values())
+    outcome = {k: {c["path"]: c["outcome"] for c in g["cells"]} for k, g in grids.items()}
+    assert outcome[("parity sine", "fallback under compile")] == {"eager": "agrees", "aot_eager": "differs", "grad": "agrees"}
+    assert outcome[("parity sine", "custom op")] == {"eager": "agrees", "aot_eager": "agrees", "grad": "not supported"}
+    assert outcome[("parity cube", "custom op")]["eager"] == "differs"
+    assert [t["passed"] for t in grids[("parity cube", "custom op")]["opcheck"]] == [True] * 4
+    assert grids[("parity sine", "custom op")]["kind"] == "custom op"
+
+    assert cli.main([*args, "--format", "junit", "--family", "parity sine"]) == 0
+    suite = ElementTree.fromstring(capsys.readouterr().out).find("testsuite")
+    cells = [c for c in suite.iter("testcase") if c.get("classname").endswith(".parity")]
+    assert len(cells) == 9 and {c.get("classname") for c in cells} >= {"gradient_lab.parity sine.fallback under compile.parity"}
+    compiled = next(c for c in cells if c.get("classname").startswith("gradient_lab.parity sine.fallback")
+                    and c.get("name") == "torch.compile (aot_eager)")
+    assert compiled.find("failure") is None  # declared buggy: its difference is the finding, not a failure
+    assert cli.main([*args, "--family", "parity sine"]) == 0
+    text = capsys.readouterr().out
+    assert "parity: agrees in 2 of 3 ways of running it; differs under torch.compile (aot_eager)" in text
+
+
+def test_a_correct_formula_that_differs_under_one_path_fails_the_check(capsys, tmp_path):
+    module = tmp_path / "fallback.py"
+    module.write_text("import torch\nfrom gradient_lab import declare\nfrom tests import parity_zoo as zoo\n"
+                      "declare('fallback', {'sine': zoo.FallbackUnderCompile}, reference=torch.sin, correct=('sine',), order=1)\n")
+    assert cli.main(["check", str(module), "--shape", "4,3", "--conditions", "none", "--parity", "aot_eager"]) == 1
+    assert "differs under torch.compile (aot_eager): the gradient at x[" in capsys.readouterr().out
+    assert cli.main(["check", str(module), "--parity", "jit"]) == 2
+    assert "unknown parity path 'jit'" in capsys.readouterr().err

@@ -98,3 +98,15 @@ def test_a_straight_through_estimator_passes_against_its_declared_surrogate_and_
     assert report.jacobian.coverage.role == "surrogate"
     with pytest.raises(AssertionError, match="surrogate="):  # the message says how to declare the intention
         assert_gradients_match(shipped.StraightThroughRound, x)
+
+
+def test_parity_true_asserts_the_gradient_however_it_is_run():
+    from tests import parity_zoo as zoo
+
+    report = assert_gradients_match(zoo.Sine.apply, zoo._x(), zoo.sine, parity=["eager", "aot_eager", "vmap"], conditions="none")
+    assert [c.outcome for c in report.parity.cells] == ["agrees"] * 3
+    with pytest.raises(AssertionError) as raised:
+        assert_gradients_match(zoo.FallbackUnderCompile.apply, zoo._x(), zoo.sine, parity=["aot_eager"], conditions="none")
+    message = str(raised.value)
+    assert "parity: differs under torch.compile (aot_eager): the gradient at x[" in message and "in eager" in message
+    assert check_gradients(zoo.Sine.apply, zoo._x(), reference=zoo.sine, conditions="none").parity is None  # opt-in: it compiles

@@ -23,7 +23,7 @@ MAX_ROWS, MAX_FEATURES, MAX_DEPTH = 4096, 4096, 64
 URL = "query-params"
 # the presentation setting: larger text everywhere, for a room to read from the back
 PRESENTATION_STYLE = "<style>html { font-size: 20px; } [data-testid='stMarkdownContainer'] p { font-size: 1.15rem; }</style>"
-PAGE_PREFIXES = ("check_", "field_", "surface_", "lab_", "train_", "anatomy_")  # a page's own widgets: the rest is the case
+PAGE_PREFIXES = ("home_", "check_", "field_", "surface_", "lab_", "train_", "anatomy_")  # a page's own widgets: the rest is the case
 
 
 @dataclass(frozen=True)

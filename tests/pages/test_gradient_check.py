@@ -184,3 +184,19 @@ def test_the_conditions_table_names_each_condition_and_its_outcome(monkeypatch):
     assert list(table["outcome"])[:3] == ["fail"] * 3  # the failing ones first
     worst = dict(zip(table["condition"], table["worst entry"]))
     assert worst["grad_output is transposed"].startswith(("a[", "b["))
+
+
+def test_the_parity_grid_is_opt_in_and_names_the_path_that_differs_with_its_error_map(monkeypatch):
+    from pathlib import Path
+
+    monkeypatch.setenv("GRADIENT_LAB_FUNCTIONS", str(Path(__file__).parents[1] / "fixtures" / "parity_ops.py"))
+    at = app("pages/1_Gradient_check.py", family="parity sine", check_formula="fallback under compile", shape="4,3")
+    assert not at.exception and not [d for d in at.dataframe if "way of running it" in d.value.columns]  # off: nothing compiled
+    at = app("pages/1_Gradient_check.py", family="parity sine", check_formula="fallback under compile", check_parity="true")
+    assert not at.exception and not [e for e in at.error if "Internal error" in e.value]
+    (table,) = [d.value for d in at.dataframe if "way of running it" in d.value.columns]
+    outcomes = dict(zip(table["way of running it"], table["outcome"]))
+    assert outcomes["eager"] == "agrees" and outcomes["torch.compile (aot_eager)"] == "differs"
+    assert outcomes["torch.func.grad"] == "agrees" and outcomes["torch.func.jvp (forward mode)"] == "not supported"
+    chart = next(c for c in at.get("plotly_chart") if "this path − the truth" in json.loads(c.proto.spec)["layout"]["title"]["text"])
+    assert "under torch.compile" in json.loads(chart.proto.spec)["layout"]["title"]["text"]

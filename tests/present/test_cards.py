@@ -45,3 +45,21 @@ def test_a_formula_that_raises_says_where_in_its_headline():
     assert shown.headline == "Raises UnboundLocalError in backward when only x2 requires a gradient"
     assert any(line.startswith("It fails when only x2 requires a gradient: the formula raised in backward") for line in shown.details)
     assert shown.conditions[0] == "fail" and "only x2 requires a gradient" in shown.conditions[1]
+
+
+def test_the_parity_line_says_where_the_paths_part_and_rows_keep_the_grids_order():
+    from gradient_lab.engine.report import Parity, ParityCell
+    from gradient_lab.present.cards import PARITY_COLUMNS, parity_line, parity_rows
+
+    cell = lambda key, outcome, **kw: ParityCell(key, "torch.compile", key, outcome, **kw)  # noqa: E731
+    parted = Parity((cell("eager", "agrees"), cell("aot_eager", "differs", finding="the gradient at x[1] is 2", worst="x[1]"),
+                     cell("jvp", "not supported", whose="the Function", finding="it has no jvp")), "autograd.Function")
+    outcome, words = parity_line(parted)
+    assert outcome == "fail" and words.startswith("Agrees in 1 of 2 ways") and "differs under aot_eager" in words
+    assert parity_line(Parity((cell("eager", "differs"), cell("aot_eager", "as eager")), "callable"))[0] == "fail"
+    assert parity_line(Parity((cell("grad", "as eager"),), "callable"))[0] == "as plain"
+    assert parity_line(Parity((cell("eager", "agrees"), cell("jvp", "not supported")), "callable"))[0] == "pass"
+    assert parity_line(None) is None
+    rows = parity_rows(parted)
+    assert [r["outcome"] for r in rows] == ["agrees", "differs", "not supported"] and set(rows[0]) == set(PARITY_COLUMNS)
+    assert rows[1]["worst entry"] == "x[1]" and rows[2]["why"] == "It has no jvp"
