@@ -96,6 +96,14 @@ def group_differences(function, inputs, plan: DifferencePlan, step: float, chunk
 # ---- reading the Jacobian by backward calls ----------------------------------------------------------
 
 
+def as_float64(t: Tensor | None, like: Tensor) -> np.ndarray:
+    """``t`` as a float64 numpy array on the CPU; zeros shaped like ``like`` where autograd gave None
+    (the input does not affect the output)."""
+    if t is None:
+        return np.zeros(tuple(like.shape))
+    return t.detach().to(device="cpu", dtype=torch.float64).numpy(force=True)
+
+
 def backward_products(function, inputs: Sequence[Tensor], needs: Sequence[bool] | None, upstream: Tensor | None) -> list[np.ndarray | None]:
     """Per input, uᵀJ by the function's backward, in float64 on the CPU, with only the inputs that
     ``needs`` marks requiring a gradient (None: every one): zeros where backward gave none, None

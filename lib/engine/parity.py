@@ -26,7 +26,6 @@ backward, and for a ``torch.library`` custom op, ``torch.library.opcheck``'s fou
 from __future__ import annotations
 
 import contextlib
-import inspect
 import shutil
 import threading
 import time
@@ -37,7 +36,7 @@ import numpy as np
 import torch
 
 from .. import progress
-from .evaluate import backward_products, numerical_gradient
+from .evaluate import as_float64, backward_products, numerical_gradient
 from .judge import compare_entries, truth_label, truth_scale
 from .report import Failure, OpcheckTest, Parity, ParityCell
 from .signature import function_class, name_element
@@ -145,10 +144,6 @@ def _cell(path: Path, outcome: str, **fields) -> ParityCell:
 # ---- the truth, and eager, at a point ------------------------------------------------------------------
 
 
-def _numpy(t: Tensor | None, like: Tensor) -> np.ndarray:
-    return (torch.zeros_like(like) if t is None else t).detach().double().cpu().numpy()
-
-
 class _Truth:
     """The truth's and the formula's eager values the paths are compared with, each computed once."""
 
@@ -178,9 +173,8 @@ class _Truth:
         return given if given is not None else truth_scale({"truth": truth})
 
     # uᵀJ, per input: eager, and the truth (the reference where the verdict trusts it, else the differences)
-    def eager_vjp(self, point: int, k: int, inputs=None, upstream=None) -> list[np.ndarray]:
-        return self.memo(("eager vjp", point, k), lambda: backward_products(self.function, inputs or self.inputs, None,
-                                                                          self.upstreams[k] if upstream is None else upstream))
+    def eager_vjp(self, k: int) -> list[np.ndarray]:
+        return self.memo(("eager vjp", k), lambda: backward_products(self.function, self.inputs, None, self.upstreams[k]))
 
     def truth_vjp(self, point: int, k: int, inputs=None, upstream=None) -> tuple[list[np.ndarray], list[str]]:
         def compute():
@@ -206,7 +200,7 @@ class _Truth:
             if all(self.by_reference):
                 with torch.enable_grad():
                     _, t = torch.func.jvp(self.problem.reference, tuple(x.detach() for x in self.inputs), v)
-                return _numpy(t, self.output), "reference", None
+                return as_float64(t, self.output), "reference", None
             values = []
             for h in (self.tolerances.step, 2 * self.tolerances.step):
                 with torch.no_grad():
@@ -245,7 +239,7 @@ def double_backward(function, inputs: Sequence[Tensor], upstream: Tensor, w: Seq
         if not paired.requires_grad:  # the backward is no function of x: its derivative is zero
             return [np.zeros(tuple(x.shape)) for x in xs]
         seconds = torch.autograd.grad(paired, xs, allow_unused=True, materialize_grads=True)
-    return [_numpy(s, x) for s, x in zip(seconds, xs)]
+    return [as_float64(s, x) for s, x in zip(seconds, xs)]
 
 
 # ---- judging what a path gave -----------------------------------------------------------------------
@@ -330,16 +324,16 @@ class _Run:
 
     def vjp_side(self, got: list[np.ndarray], k: int, against_eager: bool = True, what: str = "the gradient") -> _Side:
         truth, truth_names = self.truth.truth_vjp(0, k)
-        eager = self.truth.eager_vjp(0, k) if against_eager else None
+        eager = self.truth.eager_vjp(k) if against_eager else None
         return _Side(what, got, eager, truth, truth_names, self.names, [self.truth.scale(i, t) for i, t in enumerate(truth)])
 
     def output_side(self, got: Tensor, expected: Tensor, what: str = "the output") -> _Side:
-        a, b = _numpy(got, got), _numpy(expected, expected)
+        a, b = as_float64(got, got), as_float64(expected, expected)
         return _Side(what, [a], None, [b], ["eager"], ["out"], [truth_scale({"truth": b})])
 
     def jvp_side(self, got: Tensor | np.ndarray, k: int) -> _Side:
         truth, name, noise = self.truth.truth_jvp(k)
-        got = got if isinstance(got, np.ndarray) else _numpy(got, self.truth.output)
+        got = got if isinstance(got, np.ndarray) else as_float64(got, self.truth.output)
         return _Side("the tangent (J·v)", [got], None, [truth], [name], ["out"], [truth_scale({"truth": truth})], [noise])
 
     def judge(self, path: Path, sides, **fields) -> ParityCell:
@@ -366,7 +360,7 @@ class _Run:
 
 
 def _eager(run: _Run, path: Path) -> ParityCell:
-    sides = [run.vjp_side(run.truth.eager_vjp(0, k), k, against_eager=False) for k in range(PROBES)]
+    sides = [run.vjp_side(run.truth.eager_vjp(k), k, against_eager=False) for k in range(PROBES)]
     return run.judge(path, sides)
 
 
@@ -462,7 +456,7 @@ def _func_grad(run: _Run, path: Path) -> ParityCell:
     sides = []
     for k, u in enumerate(run.truth.upstreams):
         got = torch.func.grad(lambda *a, u=u: (f(*a) * u).sum(), argnums=tuple(range(n)))(*xs)
-        sides.append(run.vjp_side([_numpy(g, x) for g, x in zip(got, xs)], k))
+        sides.append(run.vjp_side([as_float64(g, x) for g, x in zip(got, xs)], k))
     return run.judge(path, sides)
 
 
@@ -471,7 +465,7 @@ def _func_vjp(run: _Run, path: Path) -> ParityCell:
     output, pullback = torch.func.vjp(f, *xs)
     sides = [run.output_side(output, run.truth.output)]
     for k, u in enumerate(run.truth.upstreams):
-        sides.append(run.vjp_side([_numpy(g, x) for g, x in zip(pullback(u), xs)], k))
+        sides.append(run.vjp_side([as_float64(g, x) for g, x in zip(pullback(u), xs)], k))
     return run.judge(path, sides)
 
 
@@ -507,7 +501,7 @@ def _jacobian(transform, reverse: bool) -> Callable[[_Run, Path], ParityCell]:
         for k, (u, v) in enumerate(zip(run.truth.upstreams, run.truth.tangents)):  # the Jacobian, read along the same vectors
             if reverse:  # its rows come from backward: uᵀJ, against eager's
                 vjp = [torch.tensordot(u.to(J.dtype), J, dims=out.dim()) for J in jacobians]
-                sides.append(run.vjp_side([_numpy(g, x) for g, x in zip(vjp, xs)], k, what="uᵀJ of its Jacobian"))
+                sides.append(run.vjp_side([as_float64(g, x) for g, x in zip(vjp, xs)], k, what="uᵀJ of its Jacobian"))
             else:  # its columns come from forward mode: J·v, against the truth's
                 jv = sum(torch.tensordot(J, d.to(J.dtype), dims=x.dim()) for J, d, x in zip(jacobians, v, xs))
                 sides.append(run.jvp_side(jv, k))
@@ -530,7 +524,7 @@ def _vmap(run: _Run, path: Path) -> ParityCell:
     upstreams = torch.stack([truth.draw(truth.output.shape, truth.output) for _ in samples])
     per_sample = torch.func.vmap(lambda *a: torch.func.vjp(f, *a[:n])[1](a[n]))(*stacked, upstreams)
     for b, sample in enumerate(samples):
-        got = [_numpy(g[b], x) for g, x in zip(per_sample, xs)]
+        got = [as_float64(g[b], x) for g, x in zip(per_sample, xs)]
         eager = backward_products(f, sample, None, upstreams[b])
         found, names = truth.truth_vjp(("sample", b), 0, inputs=list(sample), upstream=upstreams[b])
         sides.append(_Side(f"the per-sample gradient of sample {b}", got, eager, found, names, run.names,
@@ -687,7 +681,7 @@ def _bypass(run: _Run) -> str:
             products = [backward_products(run.problem.function, run.problem.inputs, None, u) for u in run.truth.upstreams]
     except Exception:  # noqa: BLE001 - a forward autograd cannot go through (it leaves torch, or detaches)
         return "autograd cannot go through the forward alone: the canary cannot run"
-    eager = [run.truth.eager_vjp(0, k) for k in range(PROBES)]
+    eager = [run.truth.eager_vjp(k) for k in range(PROBES)]
     if all(not compare_entries(a, {"forward": b}, run.tolerances).failed for e, f in zip(eager, products) for a, b in zip(e, f)):
         return "cannot tell here: the Function's backward gives what autograd through its forward gives"
     run.bypass = products
@@ -714,9 +708,7 @@ def check_parity(problem, tolerances: Tolerances, jacobian, plans, *, which: str
         truth = _Truth(problem, tolerances, jacobian, plans, seed, budget_bytes)
         ops = _custom_ops(problem)
         formula = _formula_of(problem)
-        owner = function_class(formula) if formula is not None else None
-        if owner is None and formula is not None:
-            owner = function_class(inspect.unwrap(formula))
+        owner = function_class(formula) if formula is not None else None  # it looks through functools.wraps
         kind = "custom op" if ops else "autograd.Function" if owner is not None else "callable"
         eager_wrong = jacobian is not None and not jacobian.passed
         run = _Run(problem, truth, tolerances, eager_wrong, bool(ops), order, owner)

@@ -18,7 +18,7 @@ import torch
 from .conditions import check_conditions
 from .parity import check_parity
 from .diagnosis import confirm, diagnose, diagnose_failure
-from .evaluate import (DEFAULT_BUDGET_BYTES, backward_products, numerical_entries, numerical_gradient, numerical_jacobian,
+from .evaluate import (DEFAULT_BUDGET_BYTES, as_float64, backward_products, numerical_entries, numerical_gradient, numerical_jacobian,
                        product_noise, summed_gradients, with_values)
 from .judge import JacobianVerdict, check_jacobian, compare_entries, tolerances_text, truth_label, truth_scale
 from .planning import DifferencePlan, plan_differences
@@ -33,12 +33,6 @@ DEFAULT_JACOBIAN_LIMIT = 64 * 64  # entries of one input's Jacobian worth drawin
 
 
 # ---- the engine ------------------------------------------------------------------------------------
-
-
-def _numpy(t: Tensor | None, like: Tensor) -> np.ndarray:
-    if t is None:  # autograd's None: this input does not affect the output
-        return np.zeros(tuple(like.shape))
-    return t.detach().to(device="cpu", dtype=torch.float64).numpy(force=True)
 
 
 def _gradients(function: Callable[..., Tensor], inputs: Sequence[Tensor], upstream: Tensor) -> list[np.ndarray]:
@@ -56,7 +50,7 @@ def _jacobian(function: Callable[..., Tensor], inputs: Sequence[Tensor], index: 
             e = torch.zeros(y.numel(), dtype=y.dtype, device=y.device)
             e[k] = 1
             (row,) = torch.autograd.grad(y, xs[index], e.reshape(y.shape), retain_graph=True, allow_unused=True)  # e: fresh each row
-            rows.append(_numpy(row, xs[index]).reshape(-1))
+            rows.append(as_float64(row, xs[index]).reshape(-1))
     return np.stack(rows) if rows else np.zeros((0, xs[index].numel()))
 
 
@@ -134,7 +128,7 @@ def _second_point(problem: Problem, plans: Sequence[DifferencePlan], trusted: Se
                 truth = (_gradients(problem.reference, moved, u)[index] if trusted[index] else
                          numerical_gradient(problem.function, moved, plans[index], u, tolerances.step, budget_bytes))
                 wrong = compare_entries(analytic, {"truth": truth}, tolerances).excess > 0
-                found[index] = (_numpy(moved[index], moved[index]).reshape(-1), wrong.reshape(-1))
+                found[index] = (as_float64(moved[index], moved[index]).reshape(-1), wrong.reshape(-1))
             except Exception:  # noqa: BLE001 - the code under test may raise there: then the second point cannot tell
                 found[index] = None
         return found[index]
@@ -292,7 +286,7 @@ def forward_difference(formula_output: Tensor, reference_output: Tensor, toleran
     if formula_output.shape != reference_output.shape:
         return (f"the formula's forward gives an output of shape {tuple(formula_output.shape)}, {whose} one of shape "
                 f"{tuple(reference_output.shape)}")
-    mine, truth = _numpy(formula_output, formula_output).reshape(-1), _numpy(reference_output, reference_output).reshape(-1)
+    mine, truth = as_float64(formula_output, formula_output).reshape(-1), as_float64(reference_output, reference_output).reshape(-1)
     scale = truth_scale({"reference": truth})
     finite = np.flatnonzero(np.isfinite(mine))  # an overflow is the same function computed badly: the verdict's to show, by the same truth
     judgement = compare_entries(mine[finite], {"reference": truth[finite]}, tolerances, scale=scale)
@@ -324,7 +318,7 @@ def _comparison(name, x, index, grads, plan, run, reference, inputs, n_outputs, 
         name=name,
         gradients=grads,
         errors={pair: error_map(pair, grads[pair[0]], grads[pair[1]]) for pair in PAIRS},
-        non_finite={"input": non_finite(_numpy(x, x)), **{s: non_finite(g) for s, g in grads.items()}},
+        non_finite={"input": non_finite(as_float64(x, x)), **{s: non_finite(g) for s, g in grads.items()}},
         plan=plan,
         jacobians=jacobians,
     )
@@ -484,7 +478,7 @@ def check(
     if jacobian is not None and diagnose_it:
         second_wrong = second is not None and second.failed
         summed = summed_gradients(run, inputs) if not jacobian.passed else []
-        diagnosis = diagnose(jacobian, [_numpy(x, x) for x in inputs], tolerances, second_order_wrong=second_wrong, summed=summed)
+        diagnosis = diagnose(jacobian, [as_float64(x, x) for x in inputs], tolerances, second_order_wrong=second_wrong, summed=summed)
         diagnosis = confirm(diagnosis, _second_point(problem, e.plans, trusted, tolerances, seed, budget_bytes))
     return GradientReport(  # report
         family=family,
