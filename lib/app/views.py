@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import partial
 
 import numpy as np
 import torch
@@ -49,9 +50,16 @@ def _checked_inputs(case: Case):
     return case.inputs()
 
 
-def _problem(case: Case, formula: str):
-    """The case's formula on its inputs, in the engine's canonical form (see ``lib.engine.signature``)."""
-    return case.get_family().problem(formula, _checked_inputs(case), case.param_values())
+def _problem(case: Case, formula: str, inputs=None):
+    """The case's formula on its inputs, in the engine's canonical form (see ``lib.engine.signature``),
+    with the case's own fresh draws (another seed, the same builder and perturbation) for the
+    precision stage's tolerances."""
+    problem = case.get_family().problem(formula, _checked_inputs(case) if inputs is None else inputs, case.param_values())
+    return replace(problem, draw=partial(_drawn, case))
+
+
+def _drawn(case: Case, seed: int) -> tuple:
+    return replace(case, seed=seed).inputs()
 
 
 def _formulas(case: Case) -> tuple[str, ...]:
@@ -103,7 +111,7 @@ def _check(case: Case, problem, **options) -> GradientReport:
 
 def compare_case(case: Case, formula: str, inputs=None, **options) -> GradientReport:
     """The engine's check of a Case's formula on its inputs (built here unless given), unguarded."""
-    problem = case.get_family().problem(formula, case.inputs() if inputs is None else inputs, case.param_values())
+    problem = _problem(case, formula, case.inputs() if inputs is None else inputs)
     return _check(case, problem, **options)
 
 

@@ -207,6 +207,17 @@ def truth_scale(truths: dict[str, np.ndarray]) -> float:
     return largest if largest > 0 else 1.0
 
 
+def resolution_unit(output: Tensor, inputs: Sequence[Tensor]) -> float:
+    """The least Jacobian entry the dtype can resolve: its eps times the output's largest |value| per
+    unit of the inputs' largest. Entries below it are the output's own rounding (a softmax row one-hot
+    at norm 1e3 has a Jacobian of 1e-30 made of terms of size 1), so atol's unit is never smaller."""
+    largest_input = max((_largest_finite(x.detach().abs().double().cpu().reshape(-1).numpy()) for x in inputs), default=0.0)
+    largest_output = _largest_finite(output.detach().abs().double().cpu().reshape(-1).numpy())
+    if largest_input <= 0 or largest_output <= 0:
+        return 0.0
+    return torch.finfo(output.dtype).eps * largest_output / largest_input if output.is_floating_point() else 0.0
+
+
 def _largest_finite(magnitudes: np.ndarray) -> float:
     """The largest finite value of an array of |values| (0 when there is none)."""
     largest = float(magnitudes.max(initial=0.0))

@@ -17,10 +17,11 @@ import torch
 
 from .conditions import check_conditions
 from .parity import check_parity
+from .precision import DRAWS, RATIO, check_precision, is_low, judge_values, upcast
 from .diagnosis import confirm, diagnose, diagnose_failure
 from .evaluate import (DEFAULT_BUDGET_BYTES, as_float64, backward_products, numerical_entries, numerical_gradient, numerical_jacobian,
                        product_noise, summed_gradients, with_values)
-from .judge import JacobianVerdict, check_jacobian, compare_entries, tolerances_text, truth_label, truth_scale
+from .judge import JacobianVerdict, check_jacobian, resolution_unit, compare_entries, tolerances_text, truth_label, truth_scale
 from .planning import DifferencePlan, plan_differences
 from .report import PAIRS, Conditions, Failure, GradientReport, InputComparison, Verdict, error_map, non_finite
 from .signature import Signature, name_element, read_signature
@@ -214,6 +215,7 @@ class Problem:
     role: str = "reference"  # the reference's role (``judge.ROLES``): "surrogate" where it is the declared intended gradient
     given: tuple = ()  # every input as given, differentiable or not: what a condition changes
     remake: Callable[..., Problem] | None = None  # (given, formula=wrap, reference=wrap) -> the same problem on other inputs
+    draw: Callable[[int], tuple] | None = None  # seed -> every input as given, freshly drawn (the precision stage's draws)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -414,6 +416,8 @@ def check(
     unit: float = 0.0,
     diagnose_it: bool = True,
     parity: str | Sequence[str] | None = None,
+    ratio: float = RATIO,
+    draws: int = DRAWS,
 ) -> GradientReport:
     """Analytic vs reference vs numerical, stage by stage: plan (unless ``plans`` are given, as the
     guard made them) and evaluate, judge the whole Jacobian (``judge``), the drawn gradient for
@@ -430,9 +434,19 @@ def check(
     (a condition's check where the plain verdict already has one). ``parity`` (``parity.PARITY_SETS``
     or path keys): the gradient again under each way of running it (compile, torch.func, double
     backward); None: not run (it compiles: seconds, not milliseconds).
+
+    Below float64 (``precision.LOW_PRECISION``) the verdict is the one above in float64 on the
+    dtype's values upcast, and the precision verdict (``precision.check_precision``): the formula's
+    error in the dtype at most ``ratio``× the reference's in the dtype, plus a noise floor, with
+    tolerances fitted to ``draws`` fresh draws.
     """
     inputs, names = problem.inputs, problem.names
     dtype = next((x.dtype for x in inputs), torch.float64)
+    if is_low(dtype) and problem.failure is None:
+        return _in_low_precision(problem, dict(family=family, plans=None, grad_output=grad_output, upstream=upstream, seed=seed, step=step,
+                                               atol=atol, rtol=rtol, jacobian_limit=jacobian_limit, budget_bytes=budget_bytes,
+                                               work_limit=work_limit, order=order, conditions=conditions, unit=unit,
+                                               diagnose_it=diagnose_it, parity=parity), ratio, draws)
     device, dtype_name = str(inputs[0].device) if inputs else "cpu", str(dtype).removeprefix("torch.")
     tolerances = replace(default_tolerances(dtype, step=step, atol=atol, rtol=rtol), unit=unit)
     outputs, forward, forward_error = None if problem.failure else _outputs(problem), "", math.nan
@@ -441,6 +455,8 @@ def check(
         forward_error = _forward_error(outputs[1], outputs[0]) if outputs[0].shape == outputs[1].shape else math.inf
         if forward:  # then its gradient is no truth for this backward
             problem, outputs = replace(problem, reference=None, role="reference"), (None, *outputs[1:])
+    if outputs and (outputs[0] if outputs[0] is not None else outputs[1]) is not None:  # entries below the output's rounding are rounding
+        tolerances = replace(tolerances, unit=max(unit, resolution_unit(outputs[0] if outputs[0] is not None else outputs[1], inputs)))
     e = problem.failure or evaluate(problem, tolerances, plans, grad_output, upstream, seed, budget_bytes, work_limit, outputs)
     if isinstance(e, Failure):
         return replace(_failed(problem, tolerances, e, dtype_name, device), family=family)
@@ -504,6 +520,53 @@ def check(
     )
 
 
+def exact_problem(problem: Problem) -> Problem:
+    """The same problem on its values upcast to float64 (the precision stage's truth)."""
+    if problem.remake is not None:
+        return replace(problem.remake(upcast(problem.given)), draw=None)
+    return replace(problem, inputs=upcast(problem.inputs), given=upcast(problem.given))
+
+
+def _in_low_precision(problem: Problem, options: dict, ratio: float, draws: int) -> GradientReport:
+    """The float64 verdict on the dtype's values upcast, then the precision verdict in the dtype,
+    one report: the float64 verdict's evidence, the dtype's name and its precision."""
+    dtype = problem.inputs[0].dtype
+    exact = exact_problem(problem)
+    given = options["grad_output"]
+    report = check(exact, **{**options, "grad_output": given.double() if given is not None else None})
+    name, device = str(dtype).removeprefix("torch."), str(problem.inputs[0].device)
+    jacobian = report.jacobian
+    if jacobian is not None and not report.verdict.forward:
+        by_reference = [problem.reference is not None and jacobian.coverage.judged_by_reference(n) for n in problem.names]
+    else:  # no float64 verdict to read, or the formula's forward is not the reference's: the reference is no truth
+        by_reference = [problem.reference is not None and not report.verdict.forward] * len(problem.inputs)
+    if exact.failure is not None or (report.failure is not None and report.failure.stage == "forward"):
+        if report.failure is not None and not all(by_reference):  # no float64 truth to judge the dtype's by
+            return replace(report, dtype=name, device=device)
+    try:
+        with torch.no_grad():
+            output = problem.function(*problem.inputs)
+        upstream = given.to(dtype) if given is not None else choose_upstream(options["upstream"], problem.loss, output, options["seed"]).to(dtype)
+    except Exception:  # noqa: BLE001 - the formula raising in the dtype is the precision stage's to report
+        upstream = None
+    kinks = jacobian.kinks if jacobian is not None else ()
+    precision = check_precision(problem, exact, by_reference=by_reference, kinks=kinks, upstream=upstream, seed=options["seed"],
+                                draws=draws, k=ratio, role=problem.role)
+    plain = report.verdict
+    line = precision.describe()
+    if report.failure is not None and not precision.failure and (exact.failure is not None or report.failure.stage == "forward"):
+        # the formula runs in the dtype but not in float64 (a dtype-only kernel): the precision verdict alone
+        coverage = f"the formula does not run in float64 ({report.failure}), so it is judged in {name} alone"
+        verdict = (Verdict("pass", coverage, precision=line) if precision.passed else Verdict("fail", coverage, precision.finding()))
+    elif not plain.passed:
+        verdict = replace(plain, precision=line)
+    elif not precision.passed:
+        verdict = Verdict("fail", f"in float64 on the same values, {plain.coverage}", precision.finding(), conditions=plain.conditions)
+    else:
+        verdict = replace(plain, precision=line)
+    return replace(report, dtype=name, device=device, verdict=verdict, precision=precision)
+
+
 def compare_gradients(family, formula: str, inputs: Sequence[Tensor], *, params: dict | None = None, **options) -> GradientReport:
     """``check`` of one formula of a family (anything with ``problem``, as ``lib.app.family.Family``)."""
     return check(family.problem(formula, inputs, params), family=family.name, **options)
@@ -518,10 +581,17 @@ def wrong_inputs(problems: Sequence[Problem], tolerances: Tolerances | None = No
     if not known:
         return {}
     first = known[0]
-    tolerances = tolerances or default_tolerances(first.inputs[0].dtype)
+    dtype = first.inputs[0].dtype
+    tolerances = tolerances or default_tolerances(dtype)
     with torch.no_grad():
         upstream = upstream_gradient(first.loss, first.reference(*first.inputs))
-    truth = _gradients(first.reference, first.inputs, upstream)
+    if is_low(dtype):  # below float64, the precision rule: against float64, beside the reference in the dtype
+        exact = exact_problem(first)
+        truth, baseline = _gradients(exact.reference, exact.inputs, upstream.double()), _gradients(first.reference, first.inputs, upstream)
+        differs = lambda a, t, b: not judge_values("", a.reshape(-1), b.reshape(-1), t.reshape(-1), dtype, "reference", None).passed  # noqa: E731
+    else:
+        truth = baseline = _gradients(first.reference, first.inputs, upstream)
+        differs = lambda a, t, b: compare_entries(a, {"reference": t}, tolerances).against is not None  # noqa: E731
     wrong = {}
     for p in problems:
         try:
@@ -529,6 +599,5 @@ def wrong_inputs(problems: Sequence[Problem], tolerances: Tolerances | None = No
         except Exception:  # noqa: BLE001 - the formula under test may be broken
             wrong[p.formula] = first.names
             continue
-        wrong[p.formula] = tuple(name for name, a, t in zip(first.names, analytic, truth)
-                                 if compare_entries(a, {"reference": t}, tolerances).against is not None)
+        wrong[p.formula] = tuple(name for name, a, t, b in zip(first.names, analytic, truth, baseline) if differs(a, t, b))
     return wrong

@@ -140,6 +140,7 @@ class Verdict:
     forward: str = ""  # the formula's forward differs from its reference's (or surrogate's): then the backward is judged by its own
     condition: str = ""  # the condition it fails under where it passes without it ("only x2 requires a gradient")
     conditions: str = ""  # the conditions it also passed under, described (``Conditions.describe``)
+    precision: str = ""  # below float64, the precision verdict's line (``Precision.describe``), pass or fail
 
     @property
     def passed(self) -> bool:
@@ -147,7 +148,14 @@ class Verdict:
 
     @property
     def text(self) -> str:
-        """The sentence without its leading outcome word."""
+        """The sentence without its leading outcome word; below float64, with the precision verdict's line."""
+        text = self._text
+        if not self.precision:
+            return text
+        return f"{self.precision}; in float64 on the same values, {text}" if self.passed else f"{text}; {self.precision}"
+
+    @property
+    def _text(self) -> str:
         if self.condition:
             return f"when {self.condition}: {self.finding}. Without it, it passes: {self.coverage}"
         if self.failure is not None:
@@ -325,6 +333,151 @@ class Parity:
         return words
 
 
+BASELINES = {"reference": "PyTorch's own (autograd through the reference)", "surrogate": "the declared surrogate's autograd",
+             "rounding": "the float64 truth rounded"}  # what a low-precision formula's error is held against, in words
+
+
+@dataclass(frozen=True)
+class ErrorStats:
+    """One side's errors against the float64 truth, over the compared elements."""
+
+    max_error: float  # the largest |value − truth|; inf where a value is not finite
+    max_ulp: float  # the same in units in the last place of the dtype at the truth
+    rel_rmse: float  # ‖value − truth‖ / ‖truth‖
+    snr_db: float  # 10·log10(‖truth‖² / ‖value − truth‖²)
+    mismatch: float  # the part of the elements outside the baseline's suggested tolerances (NaN: none suggested)
+    ulp_counts: np.ndarray  # elements per bin of ``precision.ULP_EDGES``
+    non_finite: int
+    sample_magnitude: np.ndarray  # |truth| at a sample of elements, for the error-against-magnitude plot
+    sample_error: np.ndarray  # |value − truth| there
+
+
+@dataclass(frozen=True)
+class SuggestedTolerance:
+    """The tightest ``assert_close`` tolerances that fail at most ``rate`` of the time, from fresh draws."""
+
+    atol: float  # NaN: no tolerance passes every draw (a value not finite)
+    rtol: float  # assert_close's default for the dtype
+    rate: float  # the failure rate the fit promises
+    draws: int
+    failures: int  # draws that fail at these tolerances (0 but where no tolerance could pass)
+    non_finite: int = 0  # draws with a value not finite where the truth is
+
+    @property
+    def usable(self) -> bool:
+        return math.isfinite(self.atol)
+
+
+@dataclass(frozen=True)
+class PrecisionResult:
+    """One input's gradient (or the output) in the low dtype, against the float64 truth, beside the baseline."""
+
+    name: str
+    formula: ErrorStats
+    baseline: ErrorStats
+    baseline_kind: str  # a key of BASELINES
+    scale: float  # the largest |truth|
+    floor: float  # the noise floor, in the truth's units
+    allowed: float  # the largest error allowed: RATIO × the baseline's + the floor
+    allowed_rmse: float
+    passed: bool
+    compared: int
+    left_out: int  # elements with no finite truth, both sides non-finite, or at a kink
+    tolerance: SuggestedTolerance | None = None  # for the formula, from fresh draws
+    baseline_tolerance: SuggestedTolerance | None = None  # for the baseline (a correct formula's)
+
+    @property
+    def ratio(self) -> float:
+        """The formula's largest error over the baseline's (1 where both are 0)."""
+        mine, theirs = self.formula.max_error, self.baseline.max_error
+        return mine / theirs if theirs > 0 else (1.0 if mine == 0 else math.inf)
+
+    @property
+    def rmse_ratio(self) -> float:
+        mine, theirs = self.formula.rel_rmse, self.baseline.rel_rmse
+        return mine / theirs if theirs > 0 else (1.0 if mine == 0 else math.inf)
+
+
+@dataclass(frozen=True)
+class Precision:
+    """The precision verdict (``lib.engine.precision``): each input's gradient and the output in the
+    low dtype, against float64 from the same values, beside the baseline in the same dtype."""
+
+    dtype: str
+    device: str  # where the formula and the baseline ran
+    truth_device: str  # where the float64 truth ran
+    k: float
+    results: tuple[PrecisionResult, ...]  # per differentiable input
+    output: PrecisionResult | None
+    probes: int  # upstreams pooled per input
+    draws: int  # fresh draws behind the suggested tolerances
+    baseline_kind: str = "reference"
+    failure: str = ""  # the formula raised in the dtype (its words)
+
+    @property
+    def judged(self) -> tuple[PrecisionResult, ...]:
+        return self.results + ((self.output,) if self.output is not None else ())
+
+    @property
+    def passed(self) -> bool:
+        return not self.failure and all(r.passed for r in self.judged)
+
+    @property
+    def worst(self) -> PrecisionResult | None:
+        """The first failing result, else the one with the largest ratio."""
+        failing = [r for r in self.judged if not r.passed]
+        return failing[0] if failing else max(self.results or self.judged, key=lambda r: r.ratio, default=None)
+
+    @property
+    def ratio(self) -> float:
+        worst = self.worst
+        return worst.ratio if worst is not None else math.nan
+
+    @property
+    def baseline_words(self) -> str:
+        words = BASELINES[self.baseline_kind]
+        return f"{words} in {self.dtype}" if self.baseline_kind != "rounding" else f"{words} to {self.dtype}"
+
+    def finding(self) -> str:
+        """What fails, in words ("" where it passes)."""
+        if self.failure:
+            return f"in {self.dtype}, {self.failure}"
+        worst = self.worst
+        if worst is None or worst.passed:
+            return ""
+        what = "the output" if worst.name == "output" else f"the gradient of {worst.name}"
+        base = BASELINES[worst.baseline_kind]
+        f, b = worst.formula, worst.baseline
+        if f.non_finite and not b.non_finite:
+            return (f"in {self.dtype}, {what} is not finite at {f.non_finite:,} element{'s' * (f.non_finite != 1)} where {base} "
+                    f"is (against float64 from the same {self.dtype} values)")
+        return (f"in {self.dtype}, {what} loses precision: its largest error is {_times(worst.ratio)} {base}'s "
+                f"({f.max_error:.3g} against {b.max_error:.3g}; allowed {worst.allowed:.3g}, {self.k:g}× plus a noise floor of "
+                f"{worst.floor:.2g}), relative RMSE {f.rel_rmse:.2g} against {b.rel_rmse:.2g}, SNR {_db(f.snr_db)} against "
+                f"{_db(b.snr_db)}, against float64 from the same {self.dtype} values")
+
+    def describe(self) -> str:
+        """One line, pass or fail: the ratio and the measures of the worst input."""
+        if self.failure:
+            return self.finding()
+        worst = self.worst
+        if worst is None:
+            return f"in {self.dtype}: nothing to compare"
+        f = worst.formula
+        where = f" (on {self.device}, the truth on {self.truth_device})" if self.device != "cpu" else ""
+        return (f"in {self.dtype}, {'the output' if worst.name == 'output' else worst.name}'s error is {_times(worst.ratio)} "
+                f"{self.baseline_words}'s (allowed {self.k:g}× plus a noise floor){where}: max {f.max_ulp:.3g} ULP, relative RMSE "
+                f"{f.rel_rmse:.2g}, SNR {_db(f.snr_db)}")
+
+
+def _times(ratio: float) -> str:
+    return "∞×" if ratio == math.inf else f"{ratio:.2g}×" if ratio < 10 else f"{ratio:,.0f}×"
+
+
+def _db(snr: float) -> str:
+    return "∞ dB" if snr == math.inf else "−∞ dB" if snr == -math.inf else f"{snr:.1f} dB"
+
+
 @dataclass(frozen=True)
 class GradientReport:
     family: str
@@ -347,6 +500,7 @@ class GradientReport:
     signature: Signature | None = None  # what the Function takes and gives; None when no forward ran
     conditions: Conditions | None = None  # the verdict again under each condition; None: not run
     parity: Parity | None = None  # the gradient under each way of running it (lib.engine.parity); None: not run
+    precision: Precision | None = None  # below float64: the precision verdict (lib.engine.precision); None: float64
 
     def passed(self, order: int = 2) -> bool:
         """The first-order verdict passes and, with ``order=2``, the second order is not wrong
