@@ -9,7 +9,10 @@
 every family the module declares and every formula, runs what the home page runs: the
 whole-Jacobian verdict with its coverage and its conditions, the diagnosis, the second order, PyTorch's own
 conformance checks, and the Function contract's lint (``contract.anatomy``); with ``--parity``, the
-gradient again under torch.compile, torch.func and double backward (``engine.parity``), which compiles. The text format is a
+gradient again under torch.compile, torch.func and double backward (``engine.parity``), which compiles. Below float64
+(``--dtype float32|bfloat16|float16``) the verdict is also the precision verdict (``engine.precision``): the gradient's error in
+that dtype at most twice the reference's in the same dtype, against float64 from the same values, with the tolerances a test
+can paste. The text format is a
 table that reads at 100 columns; JSON is for machines; JUnit XML gives CI systems one test case per
 formula. ``--report`` also writes one self-contained HTML file (``present.html_report``).
 ``python -m lib.check`` in a checkout is the same as ``gradient-lab check``.
@@ -47,7 +50,7 @@ from .contract.conformance import Check
 from .errors import LabError
 from .present.report_data import parity_data, summary
 from .app.family import get_family
-from .testing import failure_message
+from .testing import failure_message, precision_lines
 
 WIDTH = 100
 FORMATS = ("text", "json", "junit")
@@ -92,6 +95,9 @@ class FormulaResult:
         if not self.gradients_wrong:
             return ""
         failure = self.report.failure if self.report is not None else None
+        precision = self.report.precision if self.report is not None else None
+        if not self.diagnosis and not failure and precision is not None and not precision.passed:
+            return precision.finding()
         return self.diagnosis or (f"the formula raised: {failure}" if failure else "the check could not run: " + self.summary
                                   if self.outcome == "error" else "no single cause found")
 
@@ -222,6 +228,8 @@ def text_table(results: Sequence[FormulaResult]) -> str:
             lines.append(textwrap.fill(f"why: {r.why}", WIDTH, initial_indent="    ", subsequent_indent="      "))
         for broken in r.contract:
             lines.append(textwrap.fill(f"contract: {broken}", WIDTH, initial_indent="    ", subsequent_indent="      "))
+        if r.report is not None and r.report.precision is not None and not r.gradients_wrong:
+            lines += [textwrap.fill(line, WIDTH, initial_indent="    ", subsequent_indent="      ") for line in precision_lines(r.report)]
         if r.parity is not None:
             lines.append(textwrap.fill(f"parity: {r.parity.describe()}", WIDTH, initial_indent="    ", subsequent_indent="      "))
             lines += [f"      {c.label:<52} {c.outcome}" for c in r.parity.cells]

@@ -58,14 +58,23 @@ def as_family(function, inputs: Sequence[Tensor], reference=None, name: str | No
 
 def check_gradients(function, inputs: Tensor | Sequence[Tensor], *, reference=None, surrogate=None, order: int = 2, seed: int = 0,
                     step: float | None = None, atol: float | None = None, rtol: float | None = None,
-                    conditions: str = "default", parity: bool | str | Sequence[str] = False) -> GradientReport:
+                    conditions: str = "default", parity: bool | str | Sequence[str] = False,
+                    dtype: torch.dtype | None = None) -> GradientReport:
     """The app's gradient report for ``function`` on ``inputs`` (copies; the inputs are not changed).
     ``surrogate``: plain torch ops whose autograd gradient is the intended one (see ``declare``);
     ``order=1``: the second order is not checked; ``conditions``: "default", "all" or "none" (the
     verdict again with requires_grad subsets, grad_output and input layouts, aliasing, sizes, ties);
     ``parity``: True (every path), a set ("quick": no inductor) or path keys (``engine.parity.PATHS``):
-    the gradient again under torch.compile, torch.func and double backward."""
+    the gradient again under torch.compile, torch.func and double backward. ``dtype``: the
+    floating-point inputs cast to it first; below float64 the verdict is also the precision
+    verdict (``engine.precision``: the gradient's error in that dtype at most twice the reference's
+    in the same dtype, against float64 from the same values), with tolerances for assert_close.
+    Tolerances' fresh draws are the given values shuffled."""
     inputs = (inputs,) if isinstance(inputs, Tensor) else tuple(inputs)
+    if dtype is not None:
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise TypeError(f"dtype must be a floating-point torch.dtype, not {dtype!r}")
+        inputs = tuple(x.to(dtype) if isinstance(x, Tensor) and x.is_floating_point() else x for x in inputs)
     if not all(isinstance(x, Tensor) for x in inputs) or not any(differentiable(x) for x in inputs):
         raise TypeError("inputs must be one floating-point tensor or a sequence of tensors with at least one floating-point "
                         "tensor among them (integer and boolean ones are passed through, never differentiated)")
@@ -84,16 +93,18 @@ def _parity_paths(parity: bool | str | Sequence[str]) -> str | Sequence[str] | N
 def assert_gradients_match(function, inputs: Tensor | Sequence[Tensor], reference: Callable[..., Tensor] | None = None, *,
                            surrogate: Callable[..., Tensor] | None = None, order: int = 1, seed: int = 0, step: float | None = None,
                            atol: float | None = None, rtol: float | None = None, conditions: str = "default",
-                           parity: bool | str | Sequence[str] = False) -> GradientReport:
+                           parity: bool | str | Sequence[str] = False, dtype: torch.dtype | None = None) -> GradientReport:
     """Raise AssertionError unless ``function``'s backward matches the truth on every Jacobian
     entry at ``inputs`` (and, with ``order=2``, its double backward does too, or is not
     differentiable by design, ``@once_differentiable``); return the report. ``surrogate``: the
     intended gradient, where it is not the derivative of forward (see ``declare``). ``conditions``:
     which conditions the match must also hold under ("default", "all", "none"). ``parity``: True, a
     set ("quick") or path keys: the match must also hold however it is run (torch.compile, torch.func,
-    double backward), with no path that differs or raises; it compiles, so it takes seconds."""
+    double backward), with no path that differs or raises; it compiles, so it takes seconds.
+    ``dtype`` (torch.bfloat16, torch.float16, torch.float32): the inputs cast to it, and the match
+    must also hold as precision: no worse than the reference run in that dtype (``check_gradients``)."""
     report = check_gradients(function, inputs, reference=reference, surrogate=surrogate, order=order, seed=seed, step=step,
-                             atol=atol, rtol=rtol, conditions=conditions, parity=parity)
+                             atol=atol, rtol=rtol, conditions=conditions, parity=parity, dtype=dtype)
     for observe in _OBSERVERS:
         observe(report, order, _name(function))
     if report.passed(order) and not (report.parity is not None and report.parity.parted):
@@ -112,9 +123,10 @@ def failure_message(report: GradientReport, order: int = 1) -> str:
         lines += [wrap(f"evidence: {f.evidence}", "    ") for f in report.diagnosis.findings]
     elif report.failure:
         lines.append(wrap(f"why: the formula raised: {report.failure}"))
-    worst = _worst_drawn(report)
+    worst = _worst_drawn(report) if report.precision is None else ""  # below float64 the precision lines say where
     if worst:
         lines.append(wrap(worst))
+    lines += [wrap(line) for line in precision_lines(report)]
     for cell in report.parity.parted if report.parity is not None else ():  # right in eager, not as it is run
         lines.append(wrap(f"parity: {cell.outcome} under {cell.label}: {cell.finding}"))
     lines.append(wrap(f"first order {report.verdict.summary}"))
@@ -122,6 +134,21 @@ def failure_message(report: GradientReport, order: int = 1) -> str:
         second = report.second_order
         lines.append(wrap(f"second order {second.outcome}: {second.summary}" if second else "second order: not checked"))
     return "\n".join(lines)
+
+
+def precision_lines(report: GradientReport) -> list[str]:
+    """Below float64: the precision verdict's line, and per input the tolerances a test can use."""
+    precision = report.precision
+    if precision is None:
+        return []
+    lines = [f"precision: {precision.finding() or precision.describe()}"]
+    for r in precision.results:
+        t = r.tolerance if r.passed else r.baseline_tolerance
+        if t is not None and t.usable:
+            whose = "" if r.passed else f" (what {precision.baseline_words} needs; this formula fails)"
+            lines.append(f"tolerances for {r.name}{whose}: assert_close(atol={t.atol:.2g}, rtol={t.rtol:.2g}) fails under "
+                         f"1 in {1 / t.rate:,.0f} draws ({t.draws} fresh draws fitted, {t.failures} failing)")
+    return lines
 
 
 def _worst_drawn(report: GradientReport) -> str:

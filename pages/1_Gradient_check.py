@@ -21,9 +21,11 @@ from gradient_lab.present.figures.check import (
     step_sweep_figure,
     worst_elements,
 )
-from gradient_lab.present.cards import condition_rows, conditions_line as card_conditions, parity_line as card_parity, parity_rows, styled_parity
+from gradient_lab.present.cards import (condition_rows, conditions_line as card_conditions, parity_line as card_parity, parity_rows,
+                                        precision_line as card_precision, precision_rows, styled_parity)
+from gradient_lab.present.figures.precision import error_against_magnitude, ulp_histogram
 from gradient_lab.present.report_data import drawable, element_rows, pair_name, plan_sources, shown, summary
-from gradient_lab.present.reproduce import file_name, python_snippet
+from gradient_lab.present.reproduce import file_name, precision_test, python_snippet
 
 UPSTREAM_WORDS = {"loss": "loss's", "ones": "all-ones", "random": "random (seeded)", "given": "given"}
 
@@ -74,6 +76,55 @@ with ui.guard("This page"):
             st.table(condition_rows(report), border="horizontal")
             for note in report.conditions.notes:
                 st.caption(note[0].upper() + note[1:] + ".")
+
+    # ---- precision: below float64, against PyTorch's own in the same dtype -------------------------------------
+    if report is not None and report.precision is not None:
+        precision = report.precision
+        st.subheader(f"Precision in {precision.dtype}")
+        line = card_precision(report)
+        if line is not None:
+            st.markdown(f"{ui.badge(line[0])} {line[1]}")
+        where = (f"The formula and {precision.baseline_words} ran on {precision.device}, the float64 truth on {precision.truth_device}"
+                 if precision.baseline_kind != "rounding" else
+                 f"The formula ran on {precision.device}; without a reference in {precision.dtype}, its baseline is the float64 truth "
+                 f"rounded to {precision.dtype} (on {precision.truth_device})")
+        st.caption(f"Is the difference a bug or rounding? The formula's gradient in {precision.dtype} and {precision.baseline_words} "
+                   f"are both compared with float64 computed from the same {precision.dtype} values (so rounding the inputs is not "
+                   f"held against it), for {precision.probes} upstream gradients. It passes when its largest error is at most "
+                   f"{precision.k:g}× the baseline's plus a noise floor of one eps at the truth's scale, and its relative RMSE at most "
+                   f"{precision.k:g}× the baseline's plus a quarter eps. {where}. The verdict, conditions and second order above "
+                   f"are float64 on the same values.")
+        if precision.failure:
+            st.error(precision.failure[0].upper() + precision.failure[1:] + ".", icon=":material/error:")
+        else:
+            st.dataframe(precision_rows(precision), hide_index=True, width="stretch")
+            judged = precision.judged
+            shown_result = judged[st.radio("Errors of", range(len(judged)), format_func=lambda i: judged[i].name, horizontal=True,
+                                           key="check_precision_of") if len(judged) > 1 else 0]
+            left, right = st.columns(2)
+            with left:
+                ui.chart(ulp_histogram(shown_result, precision.dtype), key="check_precision_ulps")
+            with right:
+                ui.chart(error_against_magnitude(shown_result, precision.dtype), key="check_precision_scatter")
+            st.caption("Rounding puts an element within half an ULP of the truth; each further rounding adds about as much. A formula "
+                       "that loses bits has its bars further right than the baseline's, and its points above them.")
+            test = precision_test(case, formula, precision)
+            tolerance = precision.results[0].tolerance if precision.results else None
+            if test is not None and tolerance is not None:
+                st.markdown(f"**Tolerances a test can use**: each input's `assert_close` below fails under 1 in "
+                            f"{1 / tolerance.rate:,.0f} draws, fitted to {tolerance.draws} fresh draws of the case's inputs "
+                            f"(a generalized Pareto tail of their largest errors, 95% confident), of which {tolerance.failures} failed.")
+                st.code(test, language="python")
+                st.download_button("Download the test", test, file_name=f"test_{file_name(case, formula).removeprefix('check_')}",
+                                   mime="text/x-python", key="check_precision_test", on_click="ignore")
+            elif not precision.passed:
+                needs = "; ".join(f"{r.name}: atol={r.baseline_tolerance.atol:.2g}, rtol={r.baseline_tolerance.rtol:.2g}"
+                                  for r in precision.results if r.baseline_tolerance is not None and r.baseline_tolerance.usable)
+                st.caption(f"No tolerances are suggested for a gradient that fails the precision verdict: they would hide what it "
+                           f"loses. {precision.baseline_words[0].upper() + precision.baseline_words[1:]} needs {needs or 'none'}.")
+    elif report is not None and report.dtype == "float64":
+        st.caption("Precision: in float64 the verdict above is the whole story. Choose float32, bfloat16 or float16 in the sidebar "
+                   "to judge the formula against PyTorch's own ops in that dtype, with tolerances a test can use.")
 
     # ---- parity: the same gradient however it is run -----------------------------------------------------
     if report is not None:

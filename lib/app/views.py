@@ -16,7 +16,8 @@ import torch
 
 from . import budget, guard
 from .case import Case
-from ..engine.pipeline import check
+from ..engine.pipeline import check, exact_problem
+from ..engine.precision import is_low
 from ..engine.parity import estimate_seconds, paths_of
 from ..engine.report import GradientReport, Parity
 from ..explore.step_sweep import StepSweep, step_sweep
@@ -175,6 +176,8 @@ def conformance(case: Case, formula: str) -> list[Check]:
         raise LabError(f"PyTorch's checks build whole Jacobians, so they run on inputs of up to {MAX_CONFORMANCE_ELEMENTS:,} "
                        f"elements in all; this case has {n:,}. Choose a smaller shape for them.")
     problem = _problem(case, formula)
+    if is_low(case.torch_dtype()) and problem.signature is not None:  # gradcheck's differences need float64: on the dtype's values, upcast
+        problem = exact_problem(problem)
     if problem.signature is not None:  # else the checks say how the formula fails
         outputs = math.prod(problem.signature.packed_shape)
         budget.require(budget.conformance_bytes(n, outputs), f"PyTorch's checks of shape {case.shape}", "Choose a smaller shape for them.")

@@ -527,13 +527,38 @@ def exact_problem(problem: Problem) -> Problem:
     return replace(problem, inputs=upcast(problem.inputs), given=upcast(problem.given))
 
 
+def _low_analytic(problem: Problem, comparisons: Sequence[InputComparison], upstream: Tensor) -> tuple[InputComparison, ...]:
+    """The float64 maps with the analytic gradient of the formula run in the dtype (its errors
+    against the float64 truths are what the dtype costs); as they were where its backward raises."""
+    try:
+        analytic = _gradients(problem.function, problem.inputs, upstream)
+    except Exception:  # noqa: BLE001 - the precision stage reports the formula raising in the dtype
+        return tuple(comparisons)
+    changed = []
+    for c, a in zip(comparisons, analytic):
+        grads = {**c.gradients, "analytic": a}
+        changed.append(replace(c, gradients=grads, errors={pair: error_map(pair, grads[pair[0]], grads[pair[1]]) for pair in PAIRS},
+                               non_finite={**c.non_finite, "analytic": non_finite(a)}))
+    return tuple(changed)
+
+
 def _in_low_precision(problem: Problem, options: dict, ratio: float, draws: int) -> GradientReport:
     """The float64 verdict on the dtype's values upcast, then the precision verdict in the dtype,
     one report: the float64 verdict's evidence, the dtype's name and its precision."""
     dtype = problem.inputs[0].dtype
     exact = exact_problem(problem)
     given = options["grad_output"]
-    report = check(exact, **{**options, "grad_output": given.double() if given is not None else None})
+    try:  # the upstream the maps draw, in the dtype as the formula gets it; the truth gets it upcast
+        with torch.no_grad():
+            output = (problem.reference or problem.function)(*problem.inputs)
+        upstream = given.to(dtype) if given is not None else choose_upstream(options["upstream"], problem.loss, output, options["seed"]).to(dtype)
+    except Exception:  # noqa: BLE001 - the code under test raising in the dtype is the precision stage's to report
+        upstream = None
+    report = check(exact, **{**options, "grad_output": upstream.double() if upstream is not None else None})
+    report = replace(report, upstream="given" if given is not None else options["upstream"])
+    if upstream is not None and report.failure is None:  # the maps draw the formula's gradient as it runs, in the dtype
+        maps = _low_analytic(problem, report.inputs, upstream)
+        report = replace(report, inputs=maps, cosine=_cosine(*(np.concatenate([c.gradients[s].ravel() for c in maps]) for s in ("analytic", "reference"))))
     name, device = str(dtype).removeprefix("torch."), str(problem.inputs[0].device)
     jacobian = report.jacobian
     if jacobian is not None and not report.verdict.forward:
@@ -543,12 +568,6 @@ def _in_low_precision(problem: Problem, options: dict, ratio: float, draws: int)
     if exact.failure is not None or (report.failure is not None and report.failure.stage == "forward"):
         if report.failure is not None and not all(by_reference):  # no float64 truth to judge the dtype's by
             return replace(report, dtype=name, device=device)
-    try:
-        with torch.no_grad():
-            output = problem.function(*problem.inputs)
-        upstream = given.to(dtype) if given is not None else choose_upstream(options["upstream"], problem.loss, output, options["seed"]).to(dtype)
-    except Exception:  # noqa: BLE001 - the formula raising in the dtype is the precision stage's to report
-        upstream = None
     kinks = jacobian.kinks if jacobian is not None else ()
     precision = check_precision(problem, exact, by_reference=by_reference, kinks=kinks, upstream=upstream, seed=options["seed"],
                                 draws=draws, k=ratio, role=problem.role)
@@ -564,7 +583,8 @@ def _in_low_precision(problem: Problem, options: dict, ratio: float, draws: int)
         verdict = Verdict("fail", f"in float64 on the same values, {plain.coverage}", precision.finding(), conditions=plain.conditions)
     else:
         verdict = replace(plain, precision=line)
-    return replace(report, dtype=name, device=device, verdict=verdict, precision=precision)
+    forward = precision.output.formula.max_error if precision.output is not None else report.forward_max_error  # the dtype's forward
+    return replace(report, dtype=name, device=device, verdict=verdict, precision=precision, forward_max_error=forward)
 
 
 def compare_gradients(family, formula: str, inputs: Sequence[Tensor], *, params: dict | None = None, **options) -> GradientReport:

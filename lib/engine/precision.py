@@ -33,8 +33,7 @@ import numpy as np
 import torch
 
 from .evaluate import backward_products
-from .report import ErrorStats, Precision, PrecisionResult, SuggestedTolerance
-from ..errors import FormulaError
+from .report import ErrorStats, Failure, Precision, PrecisionResult, SuggestedTolerance
 
 Tensor = torch.Tensor
 LOW_PRECISION = (torch.float32, torch.bfloat16, torch.float16)
@@ -187,11 +186,19 @@ def _round_up(value: float) -> float:
 
 
 def judge_values(name: str, values: np.ndarray, baseline: np.ndarray, truth: np.ndarray, dtype: torch.dtype, baseline_kind: str,
-           tolerance: tuple[float, float] | None, left_out: np.ndarray | None = None, k: float = RATIO) -> PrecisionResult:
-    """The rule for one input's gradient (or the output), pooled over the probes (flat arrays)."""
+                 tolerance: tuple[float, float] | None, left_out: np.ndarray | None = None, k: float = RATIO,
+                 shape: tuple[int, ...] = (), per: int = 0) -> PrecisionResult:
+    """The rule for one input's gradient (or the output), pooled over the probes (flat arrays of
+    ``per`` elements each): where the formula is worst, and where it is first not finite, by flat index."""
     keep = np.isfinite(truth) & ~(~np.isfinite(values) & ~np.isfinite(baseline))  # both non-finite: PyTorch's own limit
     if left_out is not None:
         keep &= ~left_out
+    per = per or max(values.size, 1)
+    broken = np.flatnonzero(keep & ~np.isfinite(values))
+    gap = np.where(keep, np.abs(values - truth), -1.0)
+    gap = np.where(np.isnan(gap), np.inf, gap)
+    worst = int(np.argmax(gap)) % per if gap.size else -1
+    first = int(broken[0]) % per if broken.size else -1
     values, baseline, truth = values[keep], baseline[keep], truth[keep]
     eps = torch.finfo(dtype).eps
     scale = float(np.abs(truth).max(initial=0.0))
@@ -202,7 +209,7 @@ def judge_values(name: str, values: np.ndarray, baseline: np.ndarray, truth: np.
     passed = formula.max_error <= allowed and formula.rel_rmse <= allowed_rmse
     return PrecisionResult(name=name, formula=formula, baseline=base, baseline_kind=baseline_kind, scale=scale, floor=floor,
                            allowed=allowed, allowed_rmse=allowed_rmse, passed=bool(passed), compared=int(keep.sum()),
-                           left_out=int(keep.size - keep.sum()))
+                           left_out=int(keep.size - keep.sum()), shape=tuple(shape), worst=worst, first_non_finite=first)
 
 
 def _rounded(truth: np.ndarray, dtype: torch.dtype) -> np.ndarray:
@@ -300,9 +307,10 @@ def check_precision(low, exact, *, by_reference: Sequence[bool], kinks: Sequence
     names = low.names
     try:
         sides = _point(low, exact, by_reference, _upstreams(low, seed, upstream, PROBES), has_baseline)
-    except FormulaError as error:
+    except Exception as error:  # noqa: BLE001 - the code under test raised in the dtype (its forward or backward): the formula's
+        failure = Failure.of("backward", error)
         return Precision(dtype=_name(dtype), device=device, truth_device=str(exact.inputs[0].device), k=k, results=(), output=None,
-                         probes=0, draws=0, baseline_kind=kind, failure=str(error))
+                         probes=0, draws=0, baseline_kind=kind, failure=f"the formula raised {failure.unconditioned}")
     tolerances = _tolerances(low, exact, by_reference, has_baseline, seed, draws)
     results = []
     for i, name in enumerate(names):
@@ -314,11 +322,11 @@ def check_precision(low, exact, *, by_reference: Sequence[bool], kinks: Sequence
         mine, base = tolerances[i] if tolerances else (None, None)
         at = (base.atol, base.rtol) if base is not None and math.isfinite(base.atol) else None
         result = judge_values(name, _flat(sides.formula[i]), _flat(sides.baseline[i]), _flat(sides.truth[i]), dtype, which, at,
-                        np.tile(left, per), k)
+                              np.tile(left, per), k, tuple(low.inputs[i].shape), low.inputs[i].numel())
         results.append(replace(result, tolerance=mine, baseline_tolerance=base))
     y, y_base, y_true = sides.outputs
-    output = judge_values("output", y.reshape(-1), y_base.reshape(-1), y_true.reshape(-1), dtype, kind if low.reference is not None else "rounding",
-                    None, None, k)
+    output = judge_values("output", y.reshape(-1), y_base.reshape(-1), y_true.reshape(-1), dtype,
+                          kind if low.reference is not None else "rounding", None, None, k, tuple(y.shape), y.size)
     return Precision(dtype=_name(dtype), device=device, truth_device=str(exact.inputs[0].device), k=k, results=tuple(results),
                      output=output, probes=len(sides.truth[0]) if sides.truth else 0, draws=tolerances_draws(tolerances),
                      baseline_kind=kind)

@@ -12,7 +12,7 @@ from .diagnosis import Diagnosis
 from .judge import JacobianVerdict
 from .planning import DifferencePlan
 from .second_order import SecondOrderVerdict
-from .signature import Signature, name_index
+from .signature import Signature, name_element, name_index
 from .tolerances import Tolerances
 from ..errors import original
 
@@ -385,6 +385,12 @@ class PrecisionResult:
     left_out: int  # elements with no finite truth, both sides non-finite, or at a kink
     tolerance: SuggestedTolerance | None = None  # for the formula, from fresh draws
     baseline_tolerance: SuggestedTolerance | None = None  # for the baseline (a correct formula's)
+    shape: tuple[int, ...] = ()
+    worst: int = -1  # flat index of the element where the formula is furthest from the truth (-1: none)
+    first_non_finite: int = -1  # flat index of the first element the formula makes non-finite where the baseline is finite
+
+    def element(self, flat: int) -> str:
+        return name_element(self.name, self.shape, flat) if flat >= 0 else ""
 
     @property
     def ratio(self) -> float:
@@ -448,10 +454,11 @@ class Precision:
         what = "the output" if worst.name == "output" else f"the gradient of {worst.name}"
         base = BASELINES[worst.baseline_kind]
         f, b = worst.formula, worst.baseline
-        if f.non_finite and not b.non_finite:
-            return (f"in {self.dtype}, {what} is not finite at {f.non_finite:,} element{'s' * (f.non_finite != 1)} where {base} "
-                    f"is (against float64 from the same {self.dtype} values)")
-        return (f"in {self.dtype}, {what} loses precision: its largest error is {_times(worst.ratio)} {base}'s "
+        if worst.first_non_finite >= 0:
+            return (f"in {self.dtype}, {what} is not finite at {f.non_finite:,} element{'s' * (f.non_finite != 1)} (first "
+                    f"{worst.element(worst.first_non_finite)}) where {base} is (against float64 from the same {self.dtype} values)")
+        return (f"in {self.dtype}, {what} loses precision, worst at {worst.element(worst.worst)}: its largest error is "
+                f"{_times(worst.ratio)} that of {base} "
                 f"({f.max_error:.3g} against {b.max_error:.3g}; allowed {worst.allowed:.3g}, {self.k:g}× plus a noise floor of "
                 f"{worst.floor:.2g}), relative RMSE {f.rel_rmse:.2g} against {b.rel_rmse:.2g}, SNR {_db(f.snr_db)} against "
                 f"{_db(b.snr_db)}, against float64 from the same {self.dtype} values")
@@ -465,8 +472,8 @@ class Precision:
             return f"in {self.dtype}: nothing to compare"
         f = worst.formula
         where = f" (on {self.device}, the truth on {self.truth_device})" if self.device != "cpu" else ""
-        return (f"in {self.dtype}, {'the output' if worst.name == 'output' else worst.name}'s error is {_times(worst.ratio)} "
-                f"{self.baseline_words}'s (allowed {self.k:g}× plus a noise floor){where}: max {f.max_ulp:.3g} ULP, relative RMSE "
+        return (f"in {self.dtype}, {'the output' if worst.name == 'output' else worst.name}'s largest error is {_times(worst.ratio)} "
+                f"that of {self.baseline_words} (allowed {self.k:g}× plus a noise floor){where}: max {f.max_ulp:.3g} ULP, relative RMSE "
                 f"{f.rel_rmse:.2g}, SNR {_db(f.snr_db)}")
 
 

@@ -40,6 +40,7 @@ class Card:
     details: tuple[str, ...]  # sentences, each starting with a capital
     second_order: tuple[str, str] | None  # (outcome, sentence) where it was checked
     conditions: tuple[str, str] | None = None  # (outcome, line) for the conditions (``conditions_line``), where they ran
+    precision: tuple[str, str] | None = None  # (outcome, line) below float64 (``precision_line``)
 
 
 def _capital(text: str) -> str:
@@ -54,11 +55,20 @@ def _cut(text: str, words: int = HEADLINE_WORDS) -> str:
 def headline(report: GradientReport) -> str:
     """What is wrong in a few words, or that it is right."""
     verdict = report.verdict
+    if verdict.passed and report.precision is not None:
+        within = "within rounding" if report.precision.baseline_kind == "rounding" else "as precise as PyTorch's own"
+        return f"Right, and {within} in {report.precision.dtype}"
     if verdict.passed:
         return "Right on every entry"
     if verdict.outcome == "no verdict":
         return "Nothing could be compared: the truth is not finite"
     diagnosed = report.diagnosis.headline if report.diagnosis is not None and report.diagnosis.findings else ""
+    if _precision_failed(report):
+        precision = report.precision
+        worst = precision.worst
+        if worst is not None and worst.first_non_finite >= 0:
+            return _cut(f"Not finite in {precision.dtype} where PyTorch's own is")
+        return _cut(f"Loses precision in {precision.dtype}: {_times(precision.ratio)} the baseline's error")
     if verdict.condition and verdict.failure is None:
         return _cut(f"Wrong when {verdict.condition}")
     if verdict.failure is not None:
@@ -72,6 +82,36 @@ def headline(report: GradientReport) -> str:
     if diagnosed:
         return _cut(_capital(diagnosed))
     return "Wrong Jacobian entries, no single cause found"
+
+
+def _precision_failed(report: GradientReport) -> bool:
+    """The verdict fails on precision alone (right in float64 on the same values)."""
+    precision = report.precision
+    return precision is not None and not precision.passed and report.verdict.finding == precision.finding() and bool(report.verdict.finding)
+
+
+def _times(ratio: float) -> str:
+    return "∞×" if ratio == math.inf else "—" if not math.isfinite(ratio) else f"{ratio:.2g}×" if ratio < 10 else f"{ratio:,.0f}×"
+
+
+def precision_line(report: GradientReport) -> tuple[str, str] | None:
+    """Below float64, the precision verdict in one line, with its outcome: the ratio to the baseline's error."""
+    precision = report.precision
+    if precision is None:
+        return None
+    if precision.failure:
+        return "fail", _capital(precision.failure)
+    worst = precision.worst
+    if worst is None:
+        return None
+    base = "PyTorch's own" if precision.baseline_kind != "rounding" else "the truth rounded"
+    if worst.first_non_finite >= 0:
+        words = f"{precision.dtype}: not finite at {worst.element(worst.first_non_finite)}, where {base} is"
+    else:
+        words = (f"{precision.dtype}: largest error {_times(worst.ratio)} {base}'s"
+                 f"{'' if worst.name == 'output' else ' for ' + worst.name} (allowed {precision.k:g}× plus a floor), "
+                 f"SNR {worst.formula.snr_db:.1f} dB")
+    return ("pass" if precision.passed else "fail"), words
 
 
 def _worst_error(report: GradientReport) -> float:
@@ -94,7 +134,11 @@ def _worst_error(report: GradientReport) -> float:
 def numbers(report: GradientReport) -> tuple[Number, ...]:
     coverage = report.jacobian.coverage if report.jacobian is not None else None
     worst = _worst_error(report)
-    found = [
+    precision = report.precision
+    lead = [Number(f"error vs PyTorch in {precision.dtype}", _times(precision.ratio),
+                   f"The formula's largest error in {precision.dtype} over that of {precision.baseline_words}, both against float64 "
+                   f"from the same values; it passes up to {precision.k:g}× plus a noise floor")] if precision is not None else []
+    found = [*lead,
         Number("worst error", "—" if not math.isfinite(worst) else f"{worst:.2g}×" if worst >= 1e-3 else f"{worst:.0e}×",
                "The largest |formula − truth| over the compared Jacobian entries, as a multiple of the truth's largest |entry|"),
         Number("cosine to truth", "—" if not math.isfinite(report.cosine) else f"{report.cosine:.3f}",
@@ -127,6 +171,8 @@ def details(report: GradientReport) -> tuple[str, ...]:
         lines += [_capital(f"{f.words}: {f.evidence}") + "." for f in report.diagnosis.findings]
     if verdict.finding and not verdict.condition:
         lines.append(_capital(verdict.finding) + ".")
+    if report.precision is not None and not _precision_failed(report):
+        lines.append(_capital(report.precision.describe()) + ".")
     if verdict.coverage:
         lines.append(("Without it, checked " if verdict.condition else "Checked ") + verdict.coverage + ".")
     if report.conditions is not None:
@@ -157,7 +203,8 @@ def conditions_line(report: GradientReport) -> tuple[str, str] | None:
 def card(report: GradientReport) -> Card:
     second = report.second_order
     return Card(report.formula, report.verdict.outcome, headline(report), numbers(report), picture(report), details(report),
-                (second.outcome, _capital(second.summary) + ".") if second is not None else None, conditions_line(report))
+                (second.outcome, _capital(second.summary) + ".") if second is not None else None, conditions_line(report),
+                precision_line(report))
 
 
 CONDITION_COLUMNS = ("condition", "outcome", "worst entry", "why")
@@ -205,3 +252,25 @@ def styled_parity(rows: list[dict]):
 
     frame = pd.DataFrame(rows, columns=list(PARITY_COLUMNS))
     return frame.style.apply(lambda row: [f"background-color: {PARITY_COLOURS.get(row['outcome'], '')}"] * len(row), axis=1)
+
+
+PRECISION_COLUMNS = ("of", "verdict", "error vs baseline", "largest error", "baseline's", "allowed", "max ULP", "baseline's max ULP",
+                     "relative RMSE", "baseline's RMSE", "SNR dB", "baseline's SNR dB", "mismatch", "baseline's mismatch")
+
+
+def precision_rows(precision) -> list[dict]:
+    """The Precision table: one row per input's gradient and one for the output, formula beside baseline."""
+    def number(value: float, spec: str = ".3g") -> str:
+        return "∞" if value == math.inf else "−∞" if value == -math.inf else "—" if not math.isfinite(value) else format(value, spec)
+
+    def share(value: float) -> str:
+        return "—" if not math.isfinite(value) else f"{100 * value:.2g}%"
+
+    rows = []
+    for r in precision.judged:
+        f, b = r.formula, r.baseline
+        rows.append(dict(zip(PRECISION_COLUMNS, (
+            "output" if r.name == "output" else f"gradient of {r.name}", "pass" if r.passed else "fail", _times(r.ratio),
+            number(f.max_error), number(b.max_error), number(r.allowed), number(f.max_ulp), number(b.max_ulp), number(f.rel_rmse, ".2g"),
+            number(b.rel_rmse, ".2g"), number(f.snr_db, ".1f"), number(b.snr_db, ".1f"), share(f.mismatch), share(b.mismatch)))))
+    return rows

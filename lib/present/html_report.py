@@ -15,10 +15,12 @@ from typing import Sequence
 
 import plotly.graph_objects as go
 
-from .cards import CONDITION_COLUMNS, PARITY_COLUMNS, condition_rows, conditions_line, parity_line, parity_rows
+from .cards import (CONDITION_COLUMNS, PARITY_COLUMNS, PRECISION_COLUMNS, condition_rows, conditions_line, parity_line, parity_rows,
+                    precision_line, precision_rows)
 from ..app import views
 from ..errors import LabError
 from .figures.check import diagnosis_scatter, error_heatmap, gradient_heatmaps, step_sweep_figure
+from .figures.precision import ulp_histogram
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1200px; color: #222; padding: 0 1rem; }
@@ -76,6 +78,7 @@ def _section(result, first: list[bool]) -> str:
         if result.parity.opcheck:
             parts.append("<p>torch.library.opcheck: " + html.escape("; ".join(
                 f"{t.name} {'passes' if t.passed else 'fails: ' + t.message}" for t in result.parity.opcheck)) + "</p>")
+    parts.append(_precision(report, first))
     parts.append(_figure(diagnosis_scatter(report), first))
     for comparison in report.inputs:
         parts.append(_figure(gradient_heatmaps(comparison), first))
@@ -88,10 +91,34 @@ def _section(result, first: list[bool]) -> str:
     return "".join(parts) + "</section>"
 
 
+def _precision(report, first: list[bool]) -> str:
+    """Below float64: the precision table and each gradient's ULP histogram, formula beside baseline."""
+    precision = report.precision
+    if precision is None:
+        return ""
+    line = precision_line(report)
+    parts = [f"<h3>Precision: {html.escape(line[1] if line else precision.describe())}</h3>"]
+    if precision.failure:
+        return parts[0] + f"<p>{html.escape(precision.failure)}</p>"
+    rows = precision_rows(precision)
+    parts.append("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in PRECISION_COLUMNS) + "</tr>"
+                 + "".join(f'<tr class="{"ok" if row["verdict"] == "pass" else "FAILED"}">'
+                           + "".join(f"<td>{html.escape(str(row[h]))}</td>" for h in PRECISION_COLUMNS) + "</tr>" for row in rows)
+                 + "</table>")
+    parts += [_figure(ulp_histogram(r, precision.dtype), first) for r in precision.judged]
+    return "".join(parts)
+
+
+def _precision_section(result, first: list[bool]) -> str:
+    return (f"<section><h2>{html.escape(result.family)} / {html.escape(result.formula)}: {html.escape(result.status)}</h2>"
+            + _precision(result.report, first) + "</section>")
+
+
 def report_html(results: Sequence, source: str = "") -> str:
     first = [True]
     failing = [r for r in results if not r.passed]
-    sections = "".join(_section(r, first) for r in failing)
+    precise = [r for r in results if r.passed and r.report is not None and r.report.precision is not None]
+    sections = "".join(_section(r, first) for r in failing) + "".join(_precision_section(r, first) for r in precise)
     if first[0]:  # nothing failed, nothing drawn: no plotly.js needed
         sections = "<p>Every formula passed: nothing to draw.</p>"
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..engine.report import PAIRS, SOURCES, GradientReport, InputComparison, error_map
+from ..engine.precision import ULP_EDGES
 
 # Heatmaps build one hover label per element: above this many, only a leading block is drawn.
 DRAW_LIMIT = 20_000
@@ -162,6 +163,7 @@ def summary(report: GradientReport, case=None) -> dict:
         "failed condition": report.verdict.condition or None,  # the condition it fails under alone, where the plain verdict passes
         "conditions": _conditions(report),
         "parity": parity_data(report.parity),
+        "precision": precision_data(report.precision),
         "notes": list(report.notes),
         "inputs": inputs,
     }
@@ -189,6 +191,30 @@ def parity_data(parity) -> dict | None:
             "graph breaks": list(parity.graph_breaks), "canary": parity.canary, "compiler": parity.compiler,
             "opcheck": [{"test": t.name, "passed": t.passed, "message": t.message or None} for t in parity.opcheck],
             "seconds": round(parity.seconds, 3)}
+
+
+def precision_data(precision) -> dict | None:
+    """The precision verdict (``lib.engine.precision``): per input and for the output, the formula's
+    errors beside the baseline's, the rule's numbers and the suggested tolerances; None in float64."""
+    if precision is None:
+        return None
+    stats = lambda e: {"max abs error": e.max_error, "max ULP": e.max_ulp, "relative RMSE": e.rel_rmse, "SNR dB": e.snr_db,  # noqa: E731
+                       "mismatch": e.mismatch, "non-finite": e.non_finite, "ULP histogram": [int(n) for n in e.ulp_counts]}
+    tolerance = lambda t: None if t is None else {"atol": t.atol if t.usable else None, "rtol": t.rtol, "rate": t.rate,  # noqa: E731
+                                                  "draws": t.draws, "failures in draws": t.failures, "non-finite draws": t.non_finite}
+
+    def result(r):
+        return {"name": r.name, "passed": r.passed, "ratio": r.ratio, "RMSE ratio": r.rmse_ratio, "baseline": r.baseline_kind,
+                "formula": stats(r.formula), "baseline errors": stats(r.baseline), "allowed max abs error": r.allowed,
+                "allowed relative RMSE": r.allowed_rmse, "noise floor": r.floor, "truth scale": r.scale, "compared": r.compared,
+                "left out": r.left_out, "suggested tolerances": tolerance(r.tolerance),
+                "baseline's tolerances": tolerance(r.baseline_tolerance)}
+
+    return {"dtype": precision.dtype, "device": precision.device, "truth device": precision.truth_device, "k": precision.k,
+            "passed": precision.passed, "ratio": precision.ratio, "summary": precision.describe(), "finding": precision.finding() or None,
+            "baseline": precision.baseline_words, "probes": precision.probes, "draws": precision.draws,
+            "ULP bins": [float(e) for e in ULP_EDGES], "failure": precision.failure or None,
+            "inputs": [result(r) for r in precision.results], "output": result(precision.output) if precision.output else None}
 
 
 def _signature(report: GradientReport) -> dict | None:

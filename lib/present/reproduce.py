@@ -33,6 +33,7 @@ from ..app.devices import device_problem
 from ..errors import LabError
 from ..explore.perturb import Perturbation
 from ..engine.signature import forward_parameters, function_class
+from ..engine.precision import CONFIDENCE, is_low
 from ..engine.tolerances import default_tolerances
 
 PACKAGE = __name__.split(".")[0]  # Gradient Lab's import package: gradient_lab
@@ -209,7 +210,7 @@ def float64(t):
 
 # 1. Analytic gradient: through the formula's own backward.
 output, analytic = gradients(formula_function)
-$truth_block
+$truth_setup$truth_block
 # 3. How far apart they are (NaN/Inf elements left out), input by input, and their cosine over all
 #    inputs together (-1: the gradient points exactly the wrong way).
 for name, a, t in zip([names[k] for k in WRT], analytic, truth):
@@ -246,6 +247,13 @@ _REFERENCE_TRUTH = '''
 reference_output, truth = gradients(reference_function)
 difference = (float64(output) - float64(reference_output)).abs().nan_to_num(nan=float("inf"))
 print(f"max |formula output - reference output| = {difference.max().item() if difference.numel() else 0.0!r}")
+'''
+
+_LOW_TRUTH = '''
+# 2a. Below float64 the truth is float64 on the very values the formula saw: the inputs and the
+#     upstream, upcast ({dtype} is judged against float64; lib.check --dtype {dtype} gives the precision verdict).
+inputs = tuple(x.double() if x.is_floating_point() else x for x in inputs)
+upstream = upstream.double()
 '''
 
 _NUMERICAL_TRUTH = '''
@@ -369,6 +377,7 @@ def python_snippet(case: Case, formula: str) -> str:
         upstream = torch.ones(())
     tolerances = default_tolerances(case.torch_dtype(), step=case.step, atol=case.atol, rtol=case.rtol)
     tolerances64 = default_tolerances(torch.float64, step=case.step, atol=case.atol, rtol=case.rtol)
+    low = is_low(case.torch_dtype())  # then the truth is float64 on the same values, as the app's maps have it
 
     many = len(modules) > 1
     needs = (f"It needs nothing but torch and the module{'s' if many else ''} {' and '.join(modules)}, imported by name from "
@@ -387,7 +396,7 @@ def python_snippet(case: Case, formula: str) -> str:
         comment = (f"2. Numerical gradient: {why}, so the truth is central differences of the formula's forward, element by element, "
                    "in the inputs' dtype at the app's step, along the same upstream (two evaluations per input element: slow for "
                    "large inputs).")
-        truth_block = _NUMERICAL_TRUTH.format(why=_wrap(comment, "# "), step=tolerances.step)
+        truth_block = _NUMERICAL_TRUTH.format(why=_wrap(comment, "# "), step=(tolerances64 if low else tolerances).step)
     return _TEMPLATE.substitute(
         title=family.title.lower(),
         title_repr=repr(family.title),
@@ -413,7 +422,79 @@ def python_snippet(case: Case, formula: str) -> str:
         device_repr=repr(case.device),
         device_note="" if built_on is case else " (not usable where this script was written: the inputs were built on the CPU)",
         truth_block=truth_block,
+        truth_setup=_LOW_TRUTH.format(dtype=case.dtype) if low else "",
         step64=repr(tolerances64.step),
         atol64=repr(tolerances64.atol),
         rtol64=repr(tolerances64.rtol),
+    )
+
+
+# ---- the suggested tolerances as a pytest test -------------------------------------------------------
+
+_PRECISION_TEST = string.Template('''\
+"""$title $formula_repr in $dtype: Gradient Lab's suggested tolerances, as a pytest test.
+
+Each input's assert_close(atol, rtol) below fails under 1 in $per draws of the case's inputs: a
+generalized Pareto tail fitted to $draws fresh draws ($confidence% confident), of which $failures failed.
+The gradient is the formula's own backward in $dtype, for a random upstream; the truth is float64
+autograd through the $truth on the same values, upcast.
+"""
+
+import dataclasses
+import importlib
+import sys
+
+import pytest
+import torch
+
+$paths
+$imports
+from $package.app.case import Case  # noqa: E402
+from $package.explore.perturb import Perturbation  # noqa: E402,F401
+
+CASE = $case
+TOLERANCES = $tolerances  # input -> (atol, rtol)
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_${name}_gradient_in_${dtype}(seed):
+    case = dataclasses.replace(CASE, seed=10_000 + seed)  # fresh inputs, drawn as the case draws them
+    family, params = case.get_family(), case.param_values()
+    given = case.inputs()
+    low = family.problem(CASE.formulas[0], given, params)
+    exact = family.problem(CASE.formulas[0], [x.double() if x.is_floating_point() else x for x in given], params)
+    xs = [x.detach().requires_grad_() for x in low.inputs]
+    out = low.function(*xs)
+    g = torch.randn(tuple(out.shape), generator=torch.Generator().manual_seed(seed), dtype=torch.float64).to(out)
+    grads = torch.autograd.grad(out, xs, g)
+    ts = [x.detach().double().requires_grad_() for x in low.inputs]
+    truths = torch.autograd.grad(exact.$truth_function(*ts), ts, g.double())
+    for name, grad, truth in zip(low.names, grads, truths):
+        atol, rtol = TOLERANCES[name]
+        torch.testing.assert_close(grad.double(), truth, atol=atol, rtol=rtol)
+''')
+
+
+def precision_test(case: Case, formula: str, precision) -> str | None:
+    """A pytest file that holds the formula's gradient in the case's dtype to the tolerances the
+    precision verdict suggests (``lib.engine.precision``), on fresh draws; None where there are none
+    to hold it to (it fails the precision verdict, or no tolerance passes every draw)."""
+    if precision is None or not precision.passed or not precision.results:
+        return None
+    tolerances = {r.name: r.tolerance for r in precision.results}
+    if any(t is None or not t.usable for t in tolerances.values()):
+        return None
+    family = case.get_family()
+    imports, paths, _modules, _call, _reference = _sources(family, formula)
+    first = next(iter(tolerances.values()))
+    by_reference = all(r.baseline_kind != "rounding" for r in precision.results) and family.reference is not None
+    return _PRECISION_TEST.substitute(
+        title=family.title, formula_repr=repr(formula), dtype=case.dtype, per=f"{1 / first.rate:,.0f}", draws=first.draws,
+        confidence=f"{100 * CONFIDENCE:.0f}", failures=max(t.failures for t in tolerances.values()),
+        truth="reference" if by_reference else "formula (its float64 backward, checked by the verdict)",
+        paths="\n".join(paths), imports="\n".join(imports), package=PACKAGE,
+        case=case_source(dataclasses.replace(case, formulas=(formula,))).replace("\n", "\n"),
+        tolerances="{" + ", ".join(f"{name!r}: ({t.atol!r}, {t.rtol!r})" for name, t in tolerances.items()) + "}",
+        name=re.sub(r"[^A-Za-z0-9]+", "_", f"{case.family}_{formula}").strip("_").lower(),
+        truth_function="reference" if by_reference else "function",
     )

@@ -27,6 +27,8 @@ def verdict_card(report: GradientReport, key: str, wide: bool = False, parity=No
             st.markdown(f"##### {sentence(shown.headline)}")
             st.markdown(" · ".join(f"**{number.value}** :gray[{number.label}]" for number in shown.numbers),
                         help=" ".join(f"{number.label.capitalize()}: {number.help}." for number in shown.numbers))
+            if shown.precision is not None:  # below float64: its error against PyTorch's own in the same dtype
+                st.markdown(f"{badge(shown.precision[0])} {sentence(shown.precision[1])}")
             if shown.conditions is not None:  # where the Function will really run: subsets, layouts, aliasing, sizes, ties
                 st.markdown(f"{badge(shown.conditions[0])} {sentence(shown.conditions[1])}")
             line = parity_line(parity)

@@ -58,8 +58,10 @@ def test_tanh_backward_is_worst_near_two_and_small():
 
 
 def test_tanh_backward_fails_in_float32_too_where_a_tolerance_of_1e_2_would_hide_it():
+    # loose tolerances loosen the float64 verdict on the float32 values; the precision verdict still
+    # holds the float32 gradient to PyTorch's own error in float32 (9e-4 against its 1e-7)
     loose = compare_gradients(FAMILY, "tanh-backward", (x_of(dtype=F32),), atol=1e-2, rtol=1e-2)
-    assert loose.verdict.passed  # 9e-4 is within gradcheck-like float32 tolerances
+    assert not loose.verdict.passed and not loose.precision.passed and loose.precision.ratio > 1e3
     assert not report(FAMILY, "tanh-backward", x_of(dtype=F32)).verdict.passed  # the defaults: float32 rounding is 1e-7
     assert report(FAMILY, "corrected", x_of(dtype=F32)).verdict.passed
     assert not report(FAMILY, "tanh-backward", x_of()).verdict.passed
