@@ -192,3 +192,39 @@ def test_a_correct_formula_that_differs_under_one_path_fails_the_check(capsys, t
     assert "differs under torch.compile (aot_eager): the gradient at x[" in capsys.readouterr().out
     assert cli.main(["check", str(module), "--parity", "jit"]) == 2
     assert "unknown parity path 'jit'" in capsys.readouterr().err
+
+
+PRECISION = str(ROOT / "tests" / "fixtures" / "precision_functions.py")
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_dtype_below_float64_gives_each_formula_its_precision_verdict_in_json_text_and_html(capsys, tmp_path, dtype):
+    args = ["check", PRECISION, "--family", "precision softmax", "--dtype", dtype, "--conditions", "none"]
+    assert cli.main([*args, "--format", "json"]) == 0  # the shifted one passes, the unshifted one is caught
+    data = json.loads(capsys.readouterr().out)
+    precision = {f["formula"]: f["report"]["precision"] for f in data["formulas"]}
+    assert {f["formula"]: f["status"] for f in data["formulas"]} == {"shifted": "ok", "unshifted exp": "caught"}
+    right, poor = precision["shifted"], precision["unshifted exp"]
+    assert right["dtype"] == dtype and right["passed"] and right["ratio"] <= 3 and right["k"] == 2.0
+    x = right["inputs"][0]
+    assert x["suggested tolerances"]["atol"] > 0 and x["suggested tolerances"]["rate"] == 1e-4 and x["formula"]["SNR dB"] > 20
+    assert sum(x["formula"]["ULP histogram"]) == x["compared"] and len(right["ULP bins"]) == len(x["formula"]["ULP histogram"]) + 1
+    assert not poor["passed"] and poor["inputs"][0]["formula"]["non-finite"] > 0
+    report = tmp_path / "report.html"
+    assert cli.main([*args, "--report", str(report)]) == 0
+    text = capsys.readouterr().out
+    assert f"precision: in {dtype}, x's largest error is" in text and "tolerances for x: assert_close(atol=" in text
+    assert f"why: in {dtype}, the gradient of x is not finite" in text
+    page = report.read_text()
+    assert page.count(f"distance from the float64 truth, in {dtype} ULPs") >= 2 and "Precision:" in page  # both formulas' histograms
+
+
+def test_a_numerically_poor_formula_declared_correct_fails_the_check(capsys, tmp_path):
+    module = tmp_path / "poor.py"
+    module.write_text(f"import sys\nsys.path.insert(0, {str(ROOT / 'tests' / 'fixtures')!r})\n"
+                      "from gradient_lab import declare\nimport precision_functions as pf\n"
+                      "declare('poor cumsum', {'carry in dtype': pf.LowCarryCumsum}, reference=lambda x: x.cumsum(-1),"
+                      " correct=('carry in dtype',), loss=pf._weighted)\n")
+    args = ["check", str(module), "--family", "poor cumsum", "--shape", "2,512", "--conditions", "none", "--dtype", "float16"]
+    assert cli.main(args) == 1
+    assert "FAILED poor cumsum / carry in dtype" in capsys.readouterr().out

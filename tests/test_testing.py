@@ -110,3 +110,23 @@ def test_parity_true_asserts_the_gradient_however_it_is_run():
     message = str(raised.value)
     assert "parity: differs under torch.compile (aot_eager): the gradient at x[" in message and "in eager" in message
     assert check_gradients(zoo.Sine.apply, zoo._x(), reference=zoo.sine, conditions="none").parity is None  # opt-in: it compiles
+
+
+def test_dtype_asserts_the_precision_too_and_the_message_gives_the_tolerances():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
+    import precision_functions as pf
+
+    x = torch.randn(8, 16, generator=torch.Generator().manual_seed(1), dtype=torch.float64) * 40
+    report = assert_gradients_match(pf.ShiftedSoftmax.apply, x, lambda v: torch.softmax(v, -1), dtype=torch.bfloat16)
+    assert report.dtype == "bfloat16" and report.precision.passed and report.precision.results[0].tolerance.usable
+    assert x.dtype == torch.float64  # the caller's tensor is left alone
+    with pytest.raises(AssertionError) as raised:
+        assert_gradients_match(pf.UnshiftedSoftmax.apply, x, lambda v: torch.softmax(v, -1), dtype=torch.float16)
+    message = str(raised.value)
+    assert "(float16 on cpu)" in message and "precision: in float16, the gradient of x is not finite" in message
+    assert "what PyTorch's own (autograd through the reference) in float16 needs" in message
+    with pytest.raises(TypeError, match="floating-point torch.dtype"):
+        check_gradients(pf.ShiftedSoftmax.apply, x, dtype=torch.int64)

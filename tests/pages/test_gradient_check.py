@@ -200,3 +200,20 @@ def test_the_parity_grid_is_opt_in_and_names_the_path_that_differs_with_its_erro
     assert outcomes["torch.func.grad"] == "agrees" and outcomes["torch.func.jvp (forward mode)"] == "not supported"
     chart = next(c for c in at.get("plotly_chart") if "this path − the truth" in json.loads(c.proto.spec)["layout"]["title"]["text"])
     assert "under torch.compile" in json.loads(chart.proto.spec)["layout"]["title"]["text"]
+
+
+def test_below_float64_the_precision_section_shows_the_ratio_its_figures_and_a_test_to_paste():
+    at = app(PAGE, family="softmax", formulas="corrected", check_formula="corrected", dtype="bfloat16")
+    assert not at.exception and not [e for e in at.error if "Internal error" in e.value]
+    assert "Precision in bfloat16" in [h.value for h in at.subheader]
+    (table,) = [d.value for d in at.dataframe if "error vs baseline" in d.value.columns]
+    assert list(table["of"]) == ["gradient of x", "output"] and set(table["verdict"]) == {"pass"}
+    assert has(at, "distance from the float64 truth, in bfloat16 ULPs") and has(at, "|error| against |truth|")
+    (test,) = [c.value for c in at.code if "assert_close" in c.value]
+    assert "TOLERANCES = {'x': (" in test and "def test_softmax_corrected_gradient_in_bfloat16(seed)" in test
+    assert any("bfloat16: largest error" in m.value for m in at.markdown)  # the card's precision line
+    at = app(PAGE, family="softmax", formulas="no-subtract", check_formula="no-subtract", dtype="float16")
+    assert not at.exception and not [c for c in at.code if "assert_close" in c.value]  # no tolerance hides a failing gradient
+    assert any("No tolerances are suggested" in c.value for c in at.caption)
+    at = app(PAGE, family="softmax", formulas="corrected", check_formula="corrected")
+    assert "Precision in float64" not in [h.value for h in at.subheader] and any("Choose float32, bfloat16" in c.value for c in at.caption)

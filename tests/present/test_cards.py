@@ -63,3 +63,41 @@ def test_the_parity_line_says_where_the_paths_part_and_rows_keep_the_grids_order
     rows = parity_rows(parted)
     assert [r["outcome"] for r in rows] == ["agrees", "differs", "not supported"] and set(rows[0]) == set(PARITY_COLUMNS)
     assert rows[1]["worst entry"] == "x[1]" and rows[2]["why"] == "It has no jvp"
+
+
+def _precision_report(family: str, formula: str, dtype: str):
+    import sys
+    from pathlib import Path
+
+    from gradient_lab.app import views
+    from gradient_lab.app.case import Case
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "fixtures"))
+    import precision_functions
+
+    precision_functions.register_all()
+
+    return views.compare_case(Case(family=family, formulas=(formula,), dtype=dtype), formula)
+
+
+def test_below_float64_the_card_leads_with_the_ratio_to_pytorchs_own_error():
+    from gradient_lab.present.cards import precision_line
+
+    right = card(_precision_report("softmax", "corrected", "bfloat16"))
+    assert right.headline == "Right, and as precise as PyTorch's own in bfloat16"
+    assert right.numbers[0].label == "error vs PyTorch in bfloat16" and right.numbers[0].value.endswith("×")
+    assert right.precision[0] == "pass" and right.precision[1].startswith("bfloat16: largest error ")
+    assert card(_precision_report("softmax", "corrected", "float64")).precision is None
+    poor = _precision_report("precision standardize", "one-pass variance", "float16")
+    outcome, words = precision_line(poor)
+    assert outcome == "fail" and f"{poor.precision.ratio:.2g}×" in words
+    assert card(poor).headline.startswith("Loses precision in float16:")
+
+
+def test_the_precision_rows_put_the_formula_beside_its_baseline_and_the_output_last():
+    from gradient_lab.present.cards import PRECISION_COLUMNS, precision_rows
+
+    report = _precision_report("cosine", "corrected", "float16")
+    rows = precision_rows(report.precision)
+    assert [r["of"] for r in rows] == ["gradient of x1", "gradient of x2", "output"]
+    assert all(tuple(r) == PRECISION_COLUMNS and r["verdict"] == "pass" for r in rows)

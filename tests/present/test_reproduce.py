@@ -271,3 +271,21 @@ def test_a_backward_that_raises_stops_the_script_with_the_same_error(runs):
     report = compare_case(case, formula)
     assert report.failure and run.returncode != 0
     assert report.failure.message in run.stderr  # e.g. "The size of tensor a (4) must match ..."
+
+
+def test_the_precision_test_passes_as_pytest_on_fresh_seeds_and_none_is_offered_for_a_poor_formula(tmp_path):
+    from gradient_lab.present.reproduce import precision_test
+
+    case = Case(family="softmax", formulas=("corrected",), dtype="bfloat16")
+    report = compare_case(case, "corrected")
+    text = precision_test(case, "corrected", report.precision)
+    atol = report.precision.results[0].tolerance.atol
+    assert f"'x': ({atol!r}, 0.016)" in text and "1 in 10,000" in text
+    path = tmp_path / "test_softmax_bf16.py"
+    path.write_text(text)
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(path)], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0 and "100 passed" in run.stdout, run.stdout + run.stderr
+    poor = Case(family="softmax", formulas=("no-subtract",), dtype="bfloat16")
+    assert precision_test(poor, "no-subtract", compare_case(poor, "no-subtract").precision) is None
+    assert precision_test(Case(), "corrected", None) is None
