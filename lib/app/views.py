@@ -100,8 +100,10 @@ def _report(case: Case, formula: str, held: float = 0, parity: str | None = None
     # no Jacobian entries); then, with the inputs, what it really needs (_require_report_memory)
     budget.require(held + guard.report_estimate([n] * (total // n), 1, [0] * (total // n)).peak, what, "Choose a smaller shape.")
     problem = _problem(case, formula)
-    tolerances = default_tolerances(case.torch_dtype(), step=case.step, atol=case.atol, rtol=case.rtol)
-    plans = guard.require_report_memory(problem, tolerances, what, held)  # planned once: the engine runs the guard's plan
+    low = is_low(case.torch_dtype()) and problem.failure is None  # then the verdict runs in float64 on the dtype's values
+    tolerances = default_tolerances(torch.float64 if low else case.torch_dtype(), step=case.step, atol=case.atol, rtol=case.rtol)
+    # planned once: the engine runs the guard's plan
+    plans = guard.require_report_memory(exact_problem(problem) if low else problem, tolerances, what, held)
     return _check(case, problem, plans=plans, work_limit=budget.work_limit(), budget_bytes=guard.chunk_bytes(), parity=parity)
 
 

@@ -443,7 +443,7 @@ def check(
     inputs, names = problem.inputs, problem.names
     dtype = next((x.dtype for x in inputs), torch.float64)
     if is_low(dtype) and problem.failure is None:
-        return _in_low_precision(problem, dict(family=family, plans=None, grad_output=grad_output, upstream=upstream, seed=seed, step=step,
+        return _in_low_precision(problem, dict(family=family, plans=plans, grad_output=grad_output, upstream=upstream, seed=seed, step=step,
                                                atol=atol, rtol=rtol, jacobian_limit=jacobian_limit, budget_bytes=budget_bytes,
                                                work_limit=work_limit, order=order, conditions=conditions, unit=unit,
                                                diagnose_it=diagnose_it, parity=parity), ratio, draws)
