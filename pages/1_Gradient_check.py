@@ -22,7 +22,7 @@ from gradient_lab.present.figures.check import (
     worst_elements,
 )
 from gradient_lab.present.cards import (condition_rows, conditions_line as card_conditions, parity_line as card_parity, parity_rows,
-                                        precision_line as card_precision, precision_rows, styled_parity)
+                                        precision_failed, precision_line as card_precision, precision_rows, styled_parity)
 from gradient_lab.present.figures.precision import error_against_magnitude, ulp_histogram
 from gradient_lab.present.report_data import drawable, element_rows, pair_name, plan_sources, shown, summary
 from gradient_lab.present.reproduce import file_name, precision_test, python_snippet
@@ -56,7 +56,8 @@ with ui.guard("This page"):
         evaluations.metric("Forward evaluations", f"{report.evaluations:,}", help="What the finite differences cost, all inputs together.")
         forward.metric("Max |forward − reference|", shown(report.forward_max_error, ".3g"), help="The formula's output against the reference's.")
         st.caption(f"Finite differences (step {report.tolerances.step:g}, tolerance {report.tolerances.atol:g} + "
-                   f"{report.tolerances.rtol:g}·|b|): {plan_sources(report)}. {report.dtype} on {report.device}. "
+                   f"{report.tolerances.rtol:g}·|b|): {plan_sources(report)}. "
+                   f"{f'Float64 on the {report.dtype} values' if report.precision else report.dtype} on {report.device}. "
                    f"The maps below draw the gradient for the {UPSTREAM_WORDS[report.upstream]} upstream gradient (sidebar).")
         for note in report.notes:
             st.warning(note, icon=":material/warning:")
@@ -161,7 +162,12 @@ with ui.guard("This page"):
     # ---- the diagnosis: why, not only where --------------------------------------------------------------
     if report is not None and (report.diagnosis is not None and report.diagnosis.findings or not report.verdict.passed):
         st.subheader("Diagnosis")
-        if report.diagnosis is not None and report.diagnosis.findings:
+        if precision_failed(report):
+            st.markdown(f"**Right as maths, poor in {report.precision.dtype}.** In float64 on the same values its backward passes "
+                        f"on every Jacobian entry; in {report.precision.dtype} it loses more than PyTorch's own ops do (Precision, "
+                        "above): look for an exp without its max subtracted, a difference of large nearly equal terms (E[x²] − E[x]²), "
+                        "or a sum kept in the low dtype.")
+        elif report.diagnosis is not None and report.diagnosis.findings:
             for finding in report.diagnosis.findings:
                 st.markdown(f"**{finding.words[0].upper() + finding.words[1:]}.** {finding.evidence}.")
         else:

@@ -63,12 +63,13 @@ def headline(report: GradientReport) -> str:
     if verdict.outcome == "no verdict":
         return "Nothing could be compared: the truth is not finite"
     diagnosed = report.diagnosis.headline if report.diagnosis is not None and report.diagnosis.findings else ""
-    if _precision_failed(report):
+    if precision_failed(report):
         precision = report.precision
         worst = precision.worst
         if worst is not None and worst.first_non_finite >= 0:
             return _cut(f"Not finite in {precision.dtype} where PyTorch's own is")
-        return _cut(f"Loses precision in {precision.dtype}: {_times(precision.ratio)} the baseline's error")
+        base = "the rounded truth's" if precision.baseline_kind == "rounding" else "PyTorch's own"
+        return _cut(f"Loses precision in {precision.dtype}: {_times(precision.ratio)} {base} error")
     if verdict.condition and verdict.failure is None:
         return _cut(f"Wrong when {verdict.condition}")
     if verdict.failure is not None:
@@ -84,7 +85,7 @@ def headline(report: GradientReport) -> str:
     return "Wrong Jacobian entries, no single cause found"
 
 
-def _precision_failed(report: GradientReport) -> bool:
+def precision_failed(report: GradientReport) -> bool:
     """The verdict fails on precision alone (right in float64 on the same values)."""
     precision = report.precision
     return precision is not None and not precision.passed and report.verdict.finding == precision.finding() and bool(report.verdict.finding)
@@ -108,9 +109,9 @@ def precision_line(report: GradientReport) -> tuple[str, str] | None:
     if worst.first_non_finite >= 0:
         words = f"{precision.dtype}: not finite at {worst.element(worst.first_non_finite)}, where {base} is"
     else:
-        words = (f"{precision.dtype}: largest error {_times(worst.ratio)} {base}'s"
-                 f"{'' if worst.name == 'output' else ' for ' + worst.name} (allowed {precision.k:g}× plus a floor), "
-                 f"SNR {worst.formula.snr_db:.1f} dB")
+        what = "the output" if worst.name == "output" else worst.name
+        words = (f"{precision.dtype}: {what}'s largest error is {_times(worst.ratio)} {base} error (allowed {precision.k:g}× plus a "
+                 f"floor), SNR {worst.formula.snr_db:.1f} dB")
     return ("pass" if precision.passed else "fail"), words
 
 
@@ -138,12 +139,11 @@ def numbers(report: GradientReport) -> tuple[Number, ...]:
     lead = [Number(f"error vs PyTorch in {precision.dtype}", _times(precision.ratio),
                    f"The formula's largest error in {precision.dtype} over that of {precision.baseline_words}, both against float64 "
                    f"from the same values; it passes up to {precision.k:g}× plus a noise floor")] if precision is not None else []
-    found = [*lead,
-        Number("worst error", "—" if not math.isfinite(worst) else f"{worst:.2g}×" if worst >= 1e-3 else f"{worst:.0e}×",
-               "The largest |formula − truth| over the compared Jacobian entries, as a multiple of the truth's largest |entry|"),
-        Number("cosine to truth", "—" if not math.isfinite(report.cosine) else f"{report.cosine:.3f}",
-               "Between the formula's gradient and the true one: 1 points the right way, −1 is flipped"),
-    ]
+    worst_number = Number("worst error", "—" if not math.isfinite(worst) else f"{worst:.2g}×" if worst >= 1e-3 else f"{worst:.0e}×",
+                          "The largest |formula − truth| over the compared Jacobian entries, as a multiple of the truth's largest |entry|")
+    found = [*lead, *([] if precision is not None else [worst_number]),  # below float64 the ratio is the error that matters
+             Number("cosine to truth", "—" if not math.isfinite(report.cosine) else f"{report.cosine:.3f}",
+                    "Between the formula's gradient and the true one: 1 points the right way, −1 is flipped")]
     if coverage is not None:
         found.append(Number("entries checked", f"{coverage.entries:,}",
                             f"Every Jacobian entry: {coverage.compared:,} one by one, the rest by {coverage.probes} random probes"))
@@ -171,7 +171,7 @@ def details(report: GradientReport) -> tuple[str, ...]:
         lines += [_capital(f"{f.words}: {f.evidence}") + "." for f in report.diagnosis.findings]
     if verdict.finding and not verdict.condition:
         lines.append(_capital(verdict.finding) + ".")
-    if report.precision is not None and not _precision_failed(report):
+    if report.precision is not None and not precision_failed(report):
         lines.append(_capital(report.precision.describe()) + ".")
     if verdict.coverage:
         lines.append(("Without it, checked " if verdict.condition else "Checked ") + verdict.coverage + ".")

@@ -475,6 +475,14 @@ def test_${name}_gradient_in_${dtype}(seed):
 ''')
 
 
+def _short_case(case: Case) -> str:
+    """``Case(...)`` with the fields that differ from a default Case (family, formulas and dtype always)."""
+    default = Case()
+    kept = [f.name for f in fields(case) if f.name in ("family", "formulas", "dtype") or getattr(case, f.name) != getattr(default, f.name)]
+    shown = [f"{name}={_perturbation_source(case.perturbation) if name == 'perturbation' else repr(getattr(case, name))}" for name in kept]
+    return "Case(" + ", ".join(shown) + ")"
+
+
 def precision_test(case: Case, formula: str, precision) -> str | None:
     """A pytest file that holds the formula's gradient in the case's dtype to the tolerances the
     precision verdict suggests (``lib.engine.precision``), on fresh draws; None where there are none
@@ -493,7 +501,7 @@ def precision_test(case: Case, formula: str, precision) -> str | None:
         confidence=f"{100 * CONFIDENCE:.0f}", failures=max(t.failures for t in tolerances.values()),
         truth="reference" if by_reference else "formula (its float64 backward, checked by the verdict)",
         paths="\n".join(paths), imports="\n".join(imports), package=PACKAGE,
-        case=case_source(dataclasses.replace(case, formulas=(formula,))).replace("\n", "\n"),
+        case=_short_case(dataclasses.replace(case, formulas=(formula,))),
         tolerances="{" + ", ".join(f"{name!r}: ({t.atol!r}, {t.rtol!r})" for name, t in tolerances.items()) + "}",
         name=re.sub(r"[^A-Za-z0-9]+", "_", f"{case.family}_{formula}").strip("_").lower(),
         truth_function="reference" if by_reference else "function",

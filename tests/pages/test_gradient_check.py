@@ -211,7 +211,7 @@ def test_below_float64_the_precision_section_shows_the_ratio_its_figures_and_a_t
     assert has(at, "distance from the float64 truth, in bfloat16 ULPs") and has(at, "|error| against |truth|")
     (test,) = [c.value for c in at.code if "assert_close" in c.value]
     assert "TOLERANCES = {'x': (" in test and "def test_softmax_corrected_gradient_in_bfloat16(seed)" in test
-    assert any("bfloat16: largest error" in m.value for m in at.markdown)  # the card's precision line
+    assert any("bfloat16: x's largest error is" in m.value for m in at.markdown)  # the card's precision line
     at = app(PAGE, family="softmax", formulas="no-subtract", check_formula="no-subtract", dtype="float16")
     assert not at.exception and not [c for c in at.code if "assert_close" in c.value]  # no tolerance hides a failing gradient
     assert any("No tolerances are suggested" in c.value for c in at.caption)

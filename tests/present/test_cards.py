@@ -86,7 +86,7 @@ def test_below_float64_the_card_leads_with_the_ratio_to_pytorchs_own_error():
     right = card(_precision_report("softmax", "corrected", "bfloat16"))
     assert right.headline == "Right, and as precise as PyTorch's own in bfloat16"
     assert right.numbers[0].label == "error vs PyTorch in bfloat16" and right.numbers[0].value.endswith("×")
-    assert right.precision[0] == "pass" and right.precision[1].startswith("bfloat16: largest error ")
+    assert right.precision[0] == "pass" and right.precision[1].startswith("bfloat16: x's largest error is ")
     assert card(_precision_report("softmax", "corrected", "float64")).precision is None
     poor = _precision_report("precision standardize", "one-pass variance", "float16")
     outcome, words = precision_line(poor)

@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 
 from ...engine.precision import ULP_EDGES
 from ...engine.report import BASELINES, PrecisionResult
+from .check import LEGEND_BELOW
 from .style import base_layout
 
 FORMULA_COLOR, BASELINE_COLOR = "#d1495b", "#4c78a8"
@@ -39,6 +40,7 @@ def ulp_histogram(result: PrecisionResult, dtype: str) -> go.Figure:
                              hovertemplate=f"{side}<br>%{{x}} ULP: %{{y}} elements (%{{customdata:.1f}}%)<extra></extra>"))
     base_layout(fig, f"{_what(result)}: distance from the float64 truth, in {dtype} ULPs", f"ULPs of {dtype} at the truth",
                 "elements", barmode="group")
+    fig.update_layout(**LEGEND_BELOW)
     fig.update_xaxes(type="category")
     return fig
 
@@ -48,10 +50,12 @@ def error_against_magnitude(result: PrecisionResult, dtype: str) -> go.Figure:
     line of one ULP: rounding lies along it; a formula that loses bits lies above the baseline."""
     fig = go.Figure()
     tiny = 1e-300
-    for side, stats, color in (("formula", result.formula, FORMULA_COLOR), (_baseline_name(result), result.baseline, BASELINE_COLOR)):
+    # the baseline as open rings under the formula's dots: where they coincide, both show
+    for side, stats, marker in (("formula", result.formula, {"color": FORMULA_COLOR, "size": 4}),
+                                (_baseline_name(result), result.baseline, {"color": BASELINE_COLOR, "size": 8, "symbol": "circle-open"})):
         keep = np.isfinite(stats.sample_error) & (stats.sample_error > 0) & (stats.sample_magnitude > 0)
         fig.add_trace(go.Scattergl(x=stats.sample_magnitude[keep], y=stats.sample_error[keep], mode="markers", name=side,
-                                   marker={"color": color, "size": 5, "opacity": 0.6},
+                                   marker={**marker, "opacity": 0.7},
                                    hovertemplate=f"{side}<br>|truth| %{{x:.3g}}<br>|error| %{{y:.3g}}<extra></extra>"))
     magnitudes = np.concatenate([result.formula.sample_magnitude, result.baseline.sample_magnitude])
     magnitudes = magnitudes[np.isfinite(magnitudes) & (magnitudes > tiny)]
@@ -62,6 +66,7 @@ def error_against_magnitude(result: PrecisionResult, dtype: str) -> go.Figure:
                                  line={"color": "#777", "dash": "dot"}, hoverinfo="skip"))
     base_layout(fig, f"{_what(result)}: |error| against |truth|, {result.formula.sample_error.size:,} elements sampled",
                 "|float64 truth| (log)", "|value − truth| (log)")
+    fig.update_layout(**LEGEND_BELOW)
     fig.update_xaxes(type="log")
     fig.update_yaxes(type="log")
     return fig
