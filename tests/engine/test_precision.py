@@ -17,7 +17,7 @@ from gradient_lab.app.case import Case
 from gradient_lab.app.family import get_family
 from gradient_lab.engine import precision as P
 from gradient_lab.engine.evaluate import backward_products
-from gradient_lab.engine.pipeline import check, exact_problem, wrong_inputs
+from gradient_lab.engine.pipeline import exact_problem, wrong_inputs
 from gradient_lab.explore.perturb import Perturbation
 from gradient_lab.testing import check_gradients
 
@@ -34,7 +34,9 @@ def declared():
     zoo.register_all()
 
 
-def report_of(family: str, formula: str, dtype: str, shape=(8, 16), perturbation=Perturbation(), seed: int = 0, **options):
+def report_of(family: str, formula: str, dtype: str, shape=(8, 16), perturbation: Perturbation | None = None, seed: int = 0,
+              **options):
+    perturbation = perturbation or Perturbation()
     params = tuple(sorted(get_family(family).params.items()))
     case = Case(family=family, formulas=(formula,), dtype=dtype, shape=shape, perturbation=perturbation, seed=seed, params=params,
                 **options)
