@@ -122,3 +122,14 @@ def test_contract_problems_name_broken_rules_not_a_formula_that_raises():
 
     case = Case(shape=(3, 4, 5), params=(("dim", 1),))  # the tutorial's backward raises on 3-D inputs with dim=1
     assert views.contract_problems(case) == {}
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_below_float64_pytorchs_checks_and_the_contract_lint_raise_no_false_alarm(dtype):
+    for family in ("softmax", "layernorm", "logsumexp"):
+        case = Case(family=family, formulas=("corrected",), dtype=dtype)
+        checks = views.conformance(case, "corrected")  # gradcheck needs float64: run on the dtype's values, upcast
+        assert checks and all(c.status != "fail" for c in checks), [(c.name, c.message) for c in checks if c.status == "fail"]
+        assert views.contract_problems(case) == {}
+    broken = views.conformance(Case(family="softmax", formulas=("no-subtract",), dtype=dtype), "no-subtract")
+    assert any(c.status == "fail" for c in broken)  # and a wrong backward still fails them
