@@ -1,7 +1,7 @@
 """The ``gradient-lab`` command, for test suites, CI and the dashboard:
 
     gradient-lab check path/or/module [--family NAME] [--shape 8,16] [--dtype float64] [--seed 0]
-                       [--order 1|2] [--conditions default|all|none] [--parity [all|quick|PATH,...]]
+                       [--order 1|2] [--conditions default|all|none] [--parity [all|quick|PATH,...]] [--determinism [N]]
                        [--format text|json|junit] [--report report.html]
     gradient-lab app [--functions MODULE ...] [streamlit options, e.g. --server.port 8600]
 
@@ -42,13 +42,13 @@ from xml.etree import ElementTree
 
 from .app import plugins, views
 from .app.case import Case
-from .engine.report import GradientReport, Parity
+from .engine.report import Determinism, GradientReport, Parity
 from .engine.conditions import CONDITION_SETS
 from .engine.parity import PATH_KEYS, paths_of
 from .engine.second_order import FAILING
 from .contract.conformance import Check
 from .errors import LabError
-from .present.report_data import parity_data, summary
+from .present.report_data import determinism_data, parity_data, summary
 from .app.family import get_family
 from .testing import failure_message, precision_lines
 
@@ -72,6 +72,7 @@ class FormulaResult:
     conformance_note: str = ""  # why PyTorch's checks did not run, if they did not
     contract: list[str] = field(default_factory=list)  # the rules of the Function contract it breaks (lib.contract.anatomy), in words
     parity: Parity | None = None  # the gradient under each way of running it, with --parity
+    determinism: Determinism | None = None  # the backward run again and again, and a row in other batches, with --determinism
     seconds: float = 0.0
     report: GradientReport | None = None
     case: Case | None = None
@@ -143,6 +144,7 @@ class FormulaResult:
             "conformance": [{"name": c.name, "status": c.status, "message": c.message} for c in self.conformance],
             "contract": self.contract,
             "parity": parity_data(self.parity),
+            "determinism": determinism_data(self.determinism),
         }  # fmt: skip
 
 
@@ -157,7 +159,7 @@ class Progress:
             print(f"[{time.monotonic() - self.start:5.1f} s] {text}", file=self.stream, flush=True)
 
 
-def check_formula(case: Case, formula: str, correct: bool) -> FormulaResult:
+def check_formula(case: Case, formula: str, correct: bool, determinism: int = 0) -> FormulaResult:
     start = time.monotonic()
     try:
         report = views.gradient_report(case, formula)
@@ -180,13 +182,18 @@ def check_formula(case: Case, formula: str, correct: bool) -> FormulaResult:
             result.parity = views.parity(case, formula)
         except LabError as error:
             result.conformance_note = result.conformance_note or f"parity not run: {error}"
+    if determinism:
+        try:
+            result.determinism = views.determinism(case, formula, determinism)
+        except LabError as error:
+            result.conformance_note = result.conformance_note or f"determinism not run: {error}"
     result.seconds = time.monotonic() - start
     return result
 
 
 def check_module(source: str, *, family: str | None = None, shape: tuple[int, ...] = (8, 16), dtype: str = "float64",
                  seed: int = 0, order: int | None = None, progress: Progress | None = None,
-                 conditions: str = "default", parity: str = "") -> list[FormulaResult]:
+                 conditions: str = "default", parity: str = "", determinism: int = 0) -> list[FormulaResult]:
     """Every formula of every family ``source`` declares (or of ``family`` alone), to ``order``
     (None: as each family declares). Raises LabError when the module cannot be loaded or declares
     no such family."""
@@ -206,7 +213,7 @@ def check_module(source: str, *, family: str | None = None, shape: tuple[int, ..
             progress.say(f"checking {name} / {formula} …")
             case = Case(family=name, formulas=(formula,), shape=shape, dtype=dtype, seed=seed, order=order, conditions=conditions,
                         parity=parity)
-            results.append(check_formula(case, formula, spec.correct))
+            results.append(check_formula(case, formula, spec.correct, determinism))
     return results
 
 
@@ -230,6 +237,12 @@ def text_table(results: Sequence[FormulaResult]) -> str:
             lines.append(textwrap.fill(f"contract: {broken}", WIDTH, initial_indent="    ", subsequent_indent="      "))
         if r.report is not None and r.report.precision is not None and not r.gradients_wrong:
             lines += [textwrap.fill(line, WIDTH, initial_indent="    ", subsequent_indent="      ") for line in precision_lines(r.report)]
+        if r.report is not None and r.report.provenance is not None:
+            lines.append(textwrap.fill(f"not finite: {r.report.provenance.describe()}", WIDTH, initial_indent="    ",
+                                       subsequent_indent="      "))
+        if r.determinism is not None:
+            lines.append(textwrap.fill(f"determinism: {r.determinism.describe()}", WIDTH, initial_indent="    ",
+                                       subsequent_indent="      "))
         if r.parity is not None:
             lines.append(textwrap.fill(f"parity: {r.parity.describe()}", WIDTH, initial_indent="    ", subsequent_indent="      "))
             lines += [f"      {c.label:<52} {c.outcome}" for c in r.parity.cells]
@@ -336,6 +349,9 @@ def _check_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="the gradient again under torch.compile (aot_eager, inductor, fullgraph, dynamic), torch.func (grad, vjp, "
                         f"jvp, jacrev, jacfwd, vmap) and double backward; it compiles, so it takes seconds per formula. quick: no "
                         f"inductor. Paths: {', '.join(PATH_KEYS)}")
+    p.add_argument("--determinism", nargs="?", type=int, const=10, default=0, metavar="N",
+                   help="run each backward N times (default 10) on the same inputs: bitwise equal or not, the spread and a "
+                        "nondet_tol for gradcheck; and a row alone and among other rows (batch invariance)")
     p.add_argument("--order", type=int, choices=(1, 2), default=None,
                    help="check the gradients to this order: 1 leaves double backward unchecked (default: as each family declares, else 2)")
     p.add_argument("--format", choices=FORMATS, default="text", help="text (a table), json, or junit (XML)")
@@ -369,7 +385,8 @@ def check(args: argparse.Namespace) -> int:
         return 2
     try:
         results = check_module(args.source, family=args.family, shape=args.shape, dtype=args.dtype, seed=args.seed,
-                               order=args.order, progress=progress, conditions=args.conditions, parity=args.parity)
+                               order=args.order, progress=progress, conditions=args.conditions, parity=args.parity,
+                               determinism=args.determinism)
     except LabError as error:
         print(f"gradient lab: cannot check {args.source}: {error}", file=sys.stderr)
         return 2

@@ -59,7 +59,7 @@ def as_family(function, inputs: Sequence[Tensor], reference=None, name: str | No
 def check_gradients(function, inputs: Tensor | Sequence[Tensor], *, reference=None, surrogate=None, order: int = 2, seed: int = 0,
                     step: float | None = None, atol: float | None = None, rtol: float | None = None,
                     conditions: str = "default", parity: bool | str | Sequence[str] = False,
-                    dtype: torch.dtype | None = None) -> GradientReport:
+                    dtype: torch.dtype | None = None, determinism: int | None = None, batch_invariant: bool = True) -> GradientReport:
     """The app's gradient report for ``function`` on ``inputs`` (copies; the inputs are not changed).
     ``surrogate``: plain torch ops whose autograd gradient is the intended one (see ``declare``);
     ``order=1``: the second order is not checked; ``conditions``: "default", "all" or "none" (the
@@ -69,7 +69,9 @@ def check_gradients(function, inputs: Tensor | Sequence[Tensor], *, reference=No
     floating-point inputs cast to it first; below float64 the verdict is also the precision
     verdict (``engine.precision``: the gradient's error in that dtype at most twice the reference's
     in the same dtype, against float64 from the same values), with tolerances for assert_close.
-    Tolerances' fresh draws are the given values shuffled."""
+    Tolerances' fresh draws are the given values shuffled. ``determinism`` (runs): the backward that
+    many times, bitwise, and a row alone and among other rows (``batch_invariant=False``: its
+    gradient depends on the batch by design)."""
     inputs = (inputs,) if isinstance(inputs, Tensor) else tuple(inputs)
     if dtype is not None:
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
@@ -83,7 +85,7 @@ def check_gradients(function, inputs: Tensor | Sequence[Tensor], *, reference=No
         raise ValueError(f"order must be 1 or 2, not {order!r}")
     family = as_family(function, copies, reference, surrogate=surrogate, order=order)
     return compare_gradients(family, family.name, copies, seed=seed, step=step, atol=atol, rtol=rtol, order=order, conditions=conditions,
-                             parity=_parity_paths(parity))
+                             parity=_parity_paths(parity), determinism=determinism, batch_invariant=batch_invariant)
 
 
 def _parity_paths(parity: bool | str | Sequence[str]) -> str | Sequence[str] | None:
@@ -93,7 +95,8 @@ def _parity_paths(parity: bool | str | Sequence[str]) -> str | Sequence[str] | N
 def assert_gradients_match(function, inputs: Tensor | Sequence[Tensor], reference: Callable[..., Tensor] | None = None, *,
                            surrogate: Callable[..., Tensor] | None = None, order: int = 1, seed: int = 0, step: float | None = None,
                            atol: float | None = None, rtol: float | None = None, conditions: str = "default",
-                           parity: bool | str | Sequence[str] = False, dtype: torch.dtype | None = None) -> GradientReport:
+                           parity: bool | str | Sequence[str] = False, dtype: torch.dtype | None = None,
+                           determinism: int | None = None, batch_invariant: bool = True) -> GradientReport:
     """Raise AssertionError unless ``function``'s backward matches the truth on every Jacobian
     entry at ``inputs`` (and, with ``order=2``, its double backward does too, or is not
     differentiable by design, ``@once_differentiable``); return the report. ``surrogate``: the
@@ -102,12 +105,17 @@ def assert_gradients_match(function, inputs: Tensor | Sequence[Tensor], referenc
     set ("quick") or path keys: the match must also hold however it is run (torch.compile, torch.func,
     double backward), with no path that differs or raises; it compiles, so it takes seconds.
     ``dtype`` (torch.bfloat16, torch.float16, torch.float32): the inputs cast to it, and the match
-    must also hold as precision: no worse than the reference run in that dtype (``check_gradients``)."""
+    must also hold as precision: no worse than the reference run in that dtype (``check_gradients``).
+    ``determinism`` (runs): the backward must also be bitwise the same run after run and, unless
+    ``batch_invariant=False``, for a row alone and among other rows. A non-finite gradient's message
+    names where it was born (the op, the line, the element, the cause and its fix)."""
     report = check_gradients(function, inputs, reference=reference, surrogate=surrogate, order=order, seed=seed, step=step,
-                             atol=atol, rtol=rtol, conditions=conditions, parity=parity, dtype=dtype)
+                             atol=atol, rtol=rtol, conditions=conditions, parity=parity, dtype=dtype, determinism=determinism,
+                             batch_invariant=batch_invariant)
     for observe in _OBSERVERS:
         observe(report, order, _name(function))
-    if report.passed(order) and not (report.parity is not None and report.parity.parted):
+    if report.passed(order) and not (report.parity is not None and report.parity.parted) and not (
+            report.determinism is not None and report.determinism.flagged):
         return report
     raise AssertionError(failure_message(report, order))
 
@@ -127,6 +135,10 @@ def failure_message(report: GradientReport, order: int = 1) -> str:
     if worst:
         lines.append(wrap(worst))
     lines += [wrap(line) for line in precision_lines(report)]
+    if report.provenance is not None:  # where the first non-finite value came from
+        lines.append(wrap(f"not finite: {report.provenance.describe()}"))
+    if report.determinism is not None and report.determinism.flagged:
+        lines.append(wrap(f"determinism: {report.determinism.describe()}"))
     for cell in report.parity.parted if report.parity is not None else ():  # right in eager, not as it is run
         lines.append(wrap(f"parity: {cell.outcome} under {cell.label}: {cell.finding}"))
     lines.append(wrap(f"first order {report.verdict.summary}"))

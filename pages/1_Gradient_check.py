@@ -23,6 +23,7 @@ from gradient_lab.present.figures.check import (
 )
 from gradient_lab.present.cards import (condition_rows, conditions_line as card_conditions, parity_line as card_parity, parity_rows,
                                         precision_failed, precision_line as card_precision, precision_rows, styled_parity)
+from gradient_lab.present.figures.determinism import spread_map
 from gradient_lab.present.figures.precision import error_against_magnitude, ulp_histogram
 from gradient_lab.present.report_data import drawable, element_rows, pair_name, plan_sources, shown, summary
 from gradient_lab.present.reproduce import file_name, precision_test, python_snippet
@@ -126,6 +127,40 @@ with ui.guard("This page"):
     elif report is not None and report.dtype == "float64":
         st.caption("Precision: in float64 the verdict above is the whole story. Choose float32, bfloat16 or float16 in the sidebar "
                    "to judge the formula against PyTorch's own ops in that dtype, with tolerances a test can use.")
+
+    # ---- where a NaN or Inf was born ----------------------------------------------------------------------
+    if report is not None and report.provenance is not None:
+        provenance = report.provenance
+        st.subheader("Where the NaN or Inf was born")
+        if provenance.born is None:
+            st.caption(provenance.describe()[0].upper() + provenance.describe()[1:] + ".")
+        for title, event in (("Born", provenance.born), ("Became NaN", provenance.became_nan)):
+            if event is not None:
+                cause = f" — **{event.cause}**" if event.cause else ""
+                st.error(f"**{title}** in `{event.op}` ({event.phase}) at `{event.line or 'autograd’s own backward'}`, "
+                         f"{event.element} = {event.result:g} from ({', '.join(f'{v:.6g}' for v in event.inputs)}){cause}. "
+                         + (f"Fix: {event.fix}." if event.fix else ""), icon=":material/bug_report:")
+        st.caption("Every aten operation of the formula's forward, backward and double backward, watched as it ran "
+                   "(a TorchDispatchMode): the first to make a non-finite value from finite inputs, and the first to make a NaN.")
+
+    # ---- determinism: the same answer twice, alone or in a batch ----------------------------------------
+    if report is not None and not report.failure:
+        st.subheader("Determinism: the same gradient twice, and alone or in a batch")
+        st.caption("The backward run again and again on the same inputs (no generator reseeded), bitwise; and a row's gradient "
+                   "alone, in this batch and among other rows. It costs a backward call per run, three per row, and, where the "
+                   "runs differ, PyTorch's gradcheck in slow mode to try the nondet_tol it suggests.")
+        if st.toggle("Run the determinism check", False, key="check_determinism", bind=ui.URL):
+            runs = int(st.number_input("Runs of the backward", 2, 1000, 10, key="check_determinism_runs", bind=ui.URL))
+            found = ui.compute(views.determinism, case, formula, runs, what=f"Running {formula}'s backward {runs} times…")
+            if found is not None:
+                st.markdown(f"{ui.badge('fail' if found.flagged else 'pass')} {found.describe()[0].upper() + found.describe()[1:]}.")
+                varying = [s for s in found.spreads if s.varying.size]
+                for spread in varying:
+                    ui.chart(spread_map(spread, found.runs), key=f"check_determinism_{spread.name}")
+                if found.batch is not None and found.batch.rows:
+                    st.dataframe([{"row": c.row, "input": c.input, "computed": c.where, "against its batch": c.outcome,
+                                   "largest difference": f"{c.difference:.3g}", "row's largest |gradient|": f"{c.scale:.3g}"}
+                                  for c in found.batch.rows], hide_index=True, width="stretch")
 
     # ---- parity: the same gradient however it is run -----------------------------------------------------
     if report is not None:

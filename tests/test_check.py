@@ -228,3 +228,36 @@ def test_a_numerically_poor_formula_declared_correct_fails_the_check(capsys, tmp
     args = ["check", str(module), "--family", "poor cumsum", "--shape", "2,512", "--conditions", "none", "--dtype", "float16"]
     assert cli.main(args) == 1
     assert "FAILED poor cumsum / carry in dtype" in capsys.readouterr().out
+
+
+DETERMINISM = str(ROOT / "tests" / "fixtures" / "determinism_functions.py")
+
+
+def test_determinism_gives_each_formula_its_line_and_json(capsys):
+    args = ["check", DETERMINISM, "--conditions", "none", "--determinism"]
+    assert cli.main([*args, "--format", "json"]) == 0  # findings, not gradient errors: the verdicts pass
+    data = json.loads(capsys.readouterr().out)
+    found = {(f["family"], f["formula"]): f["determinism"] for f in data["formulas"]}
+    shuffled = found[("repeat scaled", "shuffled accumulation")]
+    assert not shuffled["deterministic"] and shuffled["runs"] == 10 and shuffled["gradcheck passes with it"] is True
+    assert shuffled["nondet_tol"] > 0 and shuffled["inputs"][0]["varying"] > 0
+    assert found[("repeat scaled", "deterministic")]["deterministic"]
+    assert found[("repeat batch centred", "centred")]["batch"]["outcome"] == "different"
+    assert found[("repeat batch norm", "centred")]["batch"]["outcome"] == "declared"
+    assert cli.main([*args, "--family", "repeat batch centred", "--determinism", "12"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "determinism: deterministic: 12 runs of the backward bitwise equal; batch: the gradient of rows 0 and 7 changes" in text
+
+
+def test_a_gradient_that_is_not_finite_says_where_it_was_born_in_text_and_json(capsys, tmp_path):
+    module = tmp_path / "nan.py"
+    module.write_text(f"import sys\nsys.path.insert(0, {str(ROOT / 'tests' / 'fixtures')!r})\n"
+                      "import torch\nfrom gradient_lab import declare\nimport nan_functions as nf\n"
+                      "declare('over zero', {'divides': nf.OverZero}, reference=lambda x: x * 1.0, correct=('divides',),"
+                      " build_inputs=lambda shape, **_: (nf.inputs_for('OverZero'),))\n")
+    args = ["check", str(module), "--conditions", "none"]
+    assert cli.main([*args, "--format", "json"]) == 1
+    born = json.loads(capsys.readouterr().out)["formulas"][0]["report"]["provenance"]["born"]
+    assert born["op"] == "aten.div" and born["cause"] == "x/0" and born["line"].startswith("nan_functions.py:") and born["fix"]
+    assert cli.main(args) == 1
+    assert "not finite: born in aten.div in backward at nan_functions.py:" in " ".join(capsys.readouterr().out.split())

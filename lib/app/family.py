@@ -64,6 +64,7 @@ class Family:
     surrogate: Callable[..., Any] | None = None
     order: int = 2  # how many times the formulas are meant to be differentiable: 1 leaves the second order unchecked
     module: str = ""  # the module whose import declares the family ("" where it is declared otherwise, inside a function)
+    batch_invariant: bool = True  # False: a row's gradient depends on the other rows by design (batch norm); not flagged
 
     def note(self, place: str, default: str = "") -> str:
         return self.notes.get(place, default)
@@ -181,6 +182,7 @@ def declare(
     constants: tuple[str, ...] = (),
     surrogate: Callable[..., Tensor] | None = None,
     order: int = 2,
+    batch_invariant: bool = True,
     title: str | None = None,
     description: str = "",
     latex: Mapping[str, str] | None = None,
@@ -226,6 +228,7 @@ def declare(
             constants=tuple(constants),
             surrogate=surrogate,
             order=order,
+            batch_invariant=batch_invariant,
             module=module,
             forward_latex=latex.get("forward", ""),
             gradient_latex=latex.get("gradient", ""),

@@ -86,7 +86,7 @@ def _sizes(case: Case) -> tuple[int, int, int]:
 MAX_CHECK_ELEMENTS = 2**18  # per input: finite differences cost (colours × 2) evaluations of it
 
 
-def _report(case: Case, formula: str, held: float = 0, parity: str | None = None) -> GradientReport:
+def _report(case: Case, formula: str, held: float = 0, parity: str | None = None, determinism: int | None = None) -> GradientReport:
     """``held``: bytes the caller keeps while this report is computed (earlier reports of a list)."""
     n = math.prod(case.shape)
     if n > MAX_CHECK_ELEMENTS:
@@ -104,12 +104,20 @@ def _report(case: Case, formula: str, held: float = 0, parity: str | None = None
     tolerances = default_tolerances(torch.float64 if low else case.torch_dtype(), step=case.step, atol=case.atol, rtol=case.rtol)
     # planned once: the engine runs the guard's plan
     plans = guard.require_report_memory(exact_problem(problem) if low else problem, tolerances, what, held)
-    return _check(case, problem, plans=plans, work_limit=budget.work_limit(), budget_bytes=guard.chunk_bytes(), parity=parity)
+    return _check(case, problem, plans=plans, work_limit=budget.work_limit(), budget_bytes=guard.chunk_bytes(), parity=parity,
+                  determinism=determinism)
 
 
 def _check(case: Case, problem, **options) -> GradientReport:
     return check(problem, family=case.family, upstream=case.upstream, seed=case.seed, step=case.step, atol=case.atol, rtol=case.rtol,
-                 order=case.declared_order(), conditions=case.conditions, **options)
+                 order=case.declared_order(), conditions=case.conditions, batch_invariant=case.get_family().batch_invariant, **options)
+
+
+def determinism(case: Case, formula: str, runs: int = 10):
+    """The determinism and batch invariance of ``formula``'s backward (``runs`` times), beside its verdict."""
+    if not 2 <= runs <= 1000:
+        raise LabError(f"Determinism runs the backward 2 to 1,000 times; {runs} is outside that.")
+    return _report(replace(case, conditions="none", parity=""), formula, determinism=runs).determinism
 
 
 def compare_case(case: Case, formula: str, inputs=None, **options) -> GradientReport:

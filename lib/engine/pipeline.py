@@ -17,6 +17,8 @@ import torch
 
 from .conditions import check_conditions
 from .parity import check_parity
+from .determinism import check_batch_invariance, check_determinism
+from .provenance import trace_non_finite
 from .precision import DRAWS, RATIO, check_precision, is_low, judge_values, upcast
 from .diagnosis import confirm, diagnose, diagnose_failure
 from .evaluate import (DEFAULT_BUDGET_BYTES, as_float64, backward_products, numerical_entries, numerical_gradient, numerical_jacobian,
@@ -418,6 +420,8 @@ def check(
     parity: str | Sequence[str] | None = None,
     ratio: float = RATIO,
     draws: int = DRAWS,
+    determinism: int | None = None,
+    batch_invariant: bool = True,
 ) -> GradientReport:
     """Analytic vs reference vs numerical, stage by stage: plan (unless ``plans`` are given, as the
     guard made them) and evaluate, judge the whole Jacobian (``judge``), the drawn gradient for
@@ -446,7 +450,7 @@ def check(
         return _in_low_precision(problem, dict(family=family, plans=plans, grad_output=grad_output, upstream=upstream, seed=seed, step=step,
                                                atol=atol, rtol=rtol, jacobian_limit=jacobian_limit, budget_bytes=budget_bytes,
                                                work_limit=work_limit, order=order, conditions=conditions, unit=unit,
-                                               diagnose_it=diagnose_it, parity=parity), ratio, draws)
+                                               diagnose_it=diagnose_it, parity=parity), ratio, draws, determinism, batch_invariant)
     device, dtype_name = str(inputs[0].device) if inputs else "cpu", str(dtype).removeprefix("torch.")
     tolerances = replace(default_tolerances(dtype, step=step, atol=atol, rtol=rtol), unit=unit)
     outputs, forward, forward_error = None if problem.failure else _outputs(problem), "", math.nan
@@ -490,6 +494,9 @@ def check(
     drawn = None if e.failure else _drawn_gradient_finding(comparisons, tolerances, trusted, jacobian.second_looked,
                                                            [_gradient_noise(run, inputs, p, e.upstream, budget_bytes) for p in e.plans],
                                                            jacobian.scales, problem.role)
+    provenance = None  # where a value the truth has finite was born non-finite: only then is it traced
+    if e.failure is None and _non_finite_where_truth_is_finite(comparisons, outputs):
+        provenance = trace_non_finite(run, inputs, e.upstream, order=order, seed=seed)
     diagnosis = diagnose_failure(e.failure, inputs) if e.failure is not None else None  # diagnose
     if jacobian is not None and diagnose_it:
         second_wrong = second is not None and second.failed
@@ -517,6 +524,8 @@ def check(
         signature=problem.signature,
         conditions=found,
         parity=grid,
+        provenance=provenance,
+        determinism=_repeatability(problem, None, determinism, batch_invariant, seed) if e.failure is None and determinism else None,
     )
 
 
@@ -542,7 +551,15 @@ def _low_analytic(problem: Problem, comparisons: Sequence[InputComparison], upst
     return tuple(changed)
 
 
-def _in_low_precision(problem: Problem, options: dict, ratio: float, draws: int) -> GradientReport:
+def _repeatability(problem: Problem, exact: Problem | None, runs: int, batch_invariant: bool, seed: int):
+    """Determinism over ``runs`` backward calls, then batch invariance within its run-to-run spread."""
+    found = check_determinism(problem, exact, runs=runs, seed=seed)
+    noise = max((s.max_spread for s in found.spreads), default=0.0)
+    return replace(found, batch=check_batch_invariance(problem, seed=seed, declared=batch_invariant, noise=noise))
+
+
+def _in_low_precision(problem: Problem, options: dict, ratio: float, draws: int, determinism: int | None = None,
+                      batch_invariant: bool = True) -> GradientReport:
     """The float64 verdict on the dtype's values upcast, then the precision verdict in the dtype,
     one report: the float64 verdict's evidence, the dtype's name and its precision."""
     dtype = problem.inputs[0].dtype
@@ -584,7 +601,23 @@ def _in_low_precision(problem: Problem, options: dict, ratio: float, draws: int)
     else:
         verdict = replace(plain, precision=line)
     forward = precision.output.formula.max_error if precision.output is not None else report.forward_max_error  # the dtype's forward
-    return replace(report, dtype=name, device=device, verdict=verdict, precision=precision, forward_max_error=forward)
+    provenance = report.provenance
+    if any(r.first_non_finite >= 0 for r in precision.judged):  # not finite in the dtype where the baseline is: where it was born
+        provenance = trace_non_finite(problem.function, problem.inputs, upstream, order=options["order"], seed=options["seed"])
+    repeated = _repeatability(problem, exact, determinism, batch_invariant, options["seed"]) if determinism and not precision.failure else None
+    return replace(report, dtype=name, device=device, verdict=verdict, precision=precision, forward_max_error=forward,
+                   provenance=provenance, determinism=repeated)
+
+
+def _non_finite_where_truth_is_finite(comparisons: Sequence[InputComparison], outputs) -> bool:
+    """Whether the formula's output or drawn gradient is not finite somewhere its truth is."""
+    for c in comparisons:
+        analytic, truth = c.gradients["analytic"], c.gradients["reference"]
+        if (~np.isfinite(analytic) & np.isfinite(truth)).any():
+            return True
+    if outputs and outputs[0] is not None and outputs[1] is not None and outputs[0].shape == outputs[1].shape:
+        return bool((~torch.isfinite(outputs[1]) & torch.isfinite(outputs[0])).any())
+    return False
 
 
 def compare_gradients(family, formula: str, inputs: Sequence[Tensor], *, params: dict | None = None, **options) -> GradientReport:

@@ -486,6 +486,115 @@ def _db(snr: float) -> str:
 
 
 @dataclass(frozen=True)
+class NonFiniteEvent:
+    """One operation that made a non-finite value (``lib.engine.provenance``)."""
+
+    op: str  # "aten.div"
+    phase: str  # "forward", "backward" or "double backward"
+    line: str  # the user's code that called it, file:line ("" where autograd's own backward ran it)
+    element: str  # the first non-finite element of its output, "out[2, 3]"
+    inputs: tuple[float, ...]  # the operation's inputs at that element
+    result: float  # what it gave there
+    count: int  # non-finite elements of its output
+    cause: str = ""  # a named cause, where one fits
+    fix: str = ""  # the known fix, in one line
+
+    def describe(self) -> str:
+        where = f" at {self.line}" if self.line else " (in autograd's own backward)"
+        values = ", ".join(f"{v:.6g}" for v in self.inputs)
+        cause = f": {self.cause}" if self.cause else ""
+        fix = f"; fix: {self.fix}" if self.fix else ""
+        return (f"{self.op} in {self.phase}{where} gave {self.result:g} at {self.element} from ({values}){cause} "
+                f"({self.count:,} element{'s' * (self.count != 1)}){fix}")
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where the first non-finite value was born and, where another op, where it became NaN."""
+
+    born: NonFiniteEvent | None
+    became_nan: NonFiniteEvent | None = None
+    error: str = ""  # the code under test raised while it was traced
+
+    def describe(self) -> str:
+        if self.born is None:
+            return "no operation made a non-finite value from finite inputs" + (f" (it raised {self.error})" if self.error else "")
+        text = f"born in {self.born.describe()}"
+        if self.became_nan is not None:
+            text += f"; became NaN in {self.became_nan.describe()}"
+        return text
+
+
+@dataclass(frozen=True)
+class Spread:
+    """One input's gradient over repeated runs of the backward (``lib.engine.determinism``)."""
+
+    name: str
+    shape: tuple[int, ...]
+    varying: np.ndarray  # flat indices of the elements that are not bitwise the same in every run
+    spread: np.ndarray  # max − min over the runs, per element, shaped like the input
+    max_spread: float
+    bits: int  # the most bits in which an element differs from the first run's, in the dtype's encoding
+    worst: str = ""  # the element that varies most, named
+
+
+@dataclass(frozen=True)
+class RowComparison:
+    row: int
+    input: str
+    where: str  # "alone" or "among other rows"
+    outcome: str  # "bitwise", "rounding" or "different"
+    difference: float  # the largest |gradient here − gradient in the case's batch|
+    scale: float  # the row's largest |gradient|
+
+
+@dataclass(frozen=True)
+class BatchInvariance:
+    outcome: str  # "bitwise", "rounding", "different", "declared" or "not applicable"
+    words: str
+    rows: tuple[RowComparison, ...] = ()
+
+    @property
+    def flagged(self) -> bool:
+        return self.outcome == "different"
+
+
+@dataclass(frozen=True)
+class Determinism:
+    """The backward run again and again on the same inputs, and a row alone or in other batches."""
+
+    runs: int
+    deterministic: bool
+    spreads: tuple[Spread, ...]
+    nondet_tol: float  # NaN where deterministic
+    gradcheck: bool | None  # whether gradcheck passes with that nondet_tol (None: not tried)
+    gradcheck_message: str = ""  # why it does not, in gradcheck's words
+    dtype: str = "float64"
+    device: str = "cpu"
+    batch: BatchInvariance | None = None
+
+    def describe(self) -> str:
+        if self.deterministic:
+            text = f"deterministic: {self.runs} runs of the backward bitwise equal"
+        else:
+            varying = [s for s in self.spreads if s.varying.size]
+            worst = max(varying, key=lambda s: s.max_spread)
+            tried = ("; gradcheck passes with it" if self.gradcheck else
+                     f"; gradcheck still fails with it: {self.gradcheck_message}" if self.gradcheck is False else "")
+            text = (f"nondeterministic: over {self.runs} runs {sum(s.varying.size for s in varying):,} elements vary, most at "
+                    f"{worst.worst} by {worst.max_spread:.3g} ({worst.bits} bits); suggested nondet_tol={self.nondet_tol:.1g}{tried}")
+        if self.device != "cpu":
+            text += f" (on {self.device})"
+        if self.batch is not None:
+            text += f"; batch: {self.batch.words}"
+        return text
+
+    @property
+    def flagged(self) -> bool:
+        return not self.deterministic or (self.batch is not None and self.batch.flagged)
+
+
+@dataclass(frozen=True)
 class GradientReport:
     family: str
     formula: str
@@ -508,6 +617,8 @@ class GradientReport:
     conditions: Conditions | None = None  # the verdict again under each condition; None: not run
     parity: Parity | None = None  # the gradient under each way of running it (lib.engine.parity); None: not run
     precision: Precision | None = None  # below float64: the precision verdict (lib.engine.precision); None: float64
+    provenance: Provenance | None = None  # where a non-finite output or gradient was born (lib.engine.provenance); None: all finite
+    determinism: Determinism | None = None  # repeated backward and batch invariance (lib.engine.determinism); None: not run
 
     def passed(self, order: int = 2) -> bool:
         """The first-order verdict passes and, with ``order=2``, the second order is not wrong

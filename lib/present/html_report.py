@@ -78,6 +78,10 @@ def _section(result, first: list[bool]) -> str:
         if result.parity.opcheck:
             parts.append("<p>torch.library.opcheck: " + html.escape("; ".join(
                 f"{t.name} {'passes' if t.passed else 'fails: ' + t.message}" for t in result.parity.opcheck)) + "</p>")
+    if report.provenance is not None:
+        parts.append(f"<h3>Where the NaN or Inf was born</h3><p>{html.escape(report.provenance.describe())}</p>")
+    if result.determinism is not None:
+        parts.append(f"<h3>Determinism</h3><p>{html.escape(result.determinism.describe())}</p>")
     parts.append(_precision(report, first))
     parts.append(_figure(diagnosis_scatter(report), first))
     for comparison in report.inputs:
@@ -110,16 +114,18 @@ def _precision(report, first: list[bool]) -> str:
 
 
 def _precision_section(result, first: list[bool]) -> str:
+    """A passing formula's precision and determinism: what a kernel author reads even when nothing fails."""
+    repeated = f"<h3>Determinism</h3><p>{html.escape(result.determinism.describe())}</p>" if result.determinism is not None else ""
     return (f"<section><h2>{html.escape(result.family)} / {html.escape(result.formula)}: {html.escape(result.status)}</h2>"
-            + _precision(result.report, first) + "</section>")
+            + repeated + _precision(result.report, first) + "</section>")
 
 
 def report_html(results: Sequence, source: str = "") -> str:
     first = [True]
     failing = [r for r in results if not r.passed]
-    precise = [r for r in results if r.passed and r.report is not None and r.report.precision is not None]
+    precise = [r for r in results if r.passed and r.report is not None and (r.report.precision is not None or r.determinism is not None)]
     sections = "".join(_section(r, first) for r in failing) + "".join(_precision_section(r, first) for r in precise)
-    if first[0]:  # nothing failed, nothing drawn: no plotly.js needed
+    if first[0] and not precise:  # nothing failed, nothing drawn: no plotly.js needed
         sections = "<p>Every formula passed: nothing to draw.</p>"
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     case = results[0].case if results and results[0].case else None

@@ -164,6 +164,8 @@ def summary(report: GradientReport, case=None) -> dict:
         "conditions": _conditions(report),
         "parity": parity_data(report.parity),
         "precision": precision_data(report.precision),
+        "provenance": provenance_data(report.provenance),
+        "determinism": determinism_data(report.determinism),
         "notes": list(report.notes),
         "inputs": inputs,
     }
@@ -191,6 +193,32 @@ def parity_data(parity) -> dict | None:
             "graph breaks": list(parity.graph_breaks), "canary": parity.canary, "compiler": parity.compiler,
             "opcheck": [{"test": t.name, "passed": t.passed, "message": t.message or None} for t in parity.opcheck],
             "seconds": round(parity.seconds, 3)}
+
+
+def provenance_data(provenance) -> dict | None:
+    """Where the first non-finite value was born (``lib.engine.provenance``); None where all is finite."""
+    if provenance is None:
+        return None
+    event = lambda e: None if e is None else {"op": e.op, "phase": e.phase, "line": e.line or None, "element": e.element,  # noqa: E731
+                                              "inputs": list(e.inputs), "result": e.result, "count": e.count,
+                                              "cause": e.cause or None, "fix": e.fix or None}
+    return {"summary": provenance.describe(), "born": event(provenance.born), "became NaN": event(provenance.became_nan),
+            "error": provenance.error or None}
+
+
+def determinism_data(determinism) -> dict | None:
+    """The backward run again and again, and a row alone and among other rows (``lib.engine.determinism``)."""
+    if determinism is None:
+        return None
+    batch = determinism.batch
+    return {"summary": determinism.describe(), "runs": determinism.runs, "deterministic": determinism.deterministic,
+            "nondet_tol": determinism.nondet_tol, "gradcheck passes with it": determinism.gradcheck,
+            "gradcheck message": determinism.gradcheck_message or None, "device": determinism.device,
+            "inputs": [{"name": s.name, "varying": int(s.varying.size), "max spread": s.max_spread, "bits": s.bits, "worst": s.worst or None}
+                       for s in determinism.spreads],
+            "batch": None if batch is None else {"outcome": batch.outcome, "summary": batch.words,
+                                                 "rows": [{"row": c.row, "input": c.input, "where": c.where, "outcome": c.outcome,
+                                                           "difference": c.difference} for c in batch.rows]}}
 
 
 def precision_data(precision) -> dict | None:

@@ -217,3 +217,30 @@ def test_below_float64_the_precision_section_shows_the_ratio_its_figures_and_a_t
     assert any("No tolerances are suggested" in c.value for c in at.caption)
     at = app(PAGE, family="softmax", formulas="corrected", check_formula="corrected")
     assert "Precision in float64" not in [h.value for h in at.subheader] and any("Choose float32, bfloat16" in c.value for c in at.caption)
+
+
+def test_determinism_is_opt_in_and_names_the_spread_and_the_batch_dependence(monkeypatch):
+    from pathlib import Path
+
+    monkeypatch.setenv("GRADIENT_LAB_FUNCTIONS", str(Path(__file__).parents[1] / "fixtures" / "determinism_functions.py"))
+    at = app(PAGE, family="repeat scaled", check_formula="shuffled accumulation")
+    assert not at.exception and any("Determinism" in h.value for h in at.subheader) and not has(at, "spread over")
+    at = app(PAGE, family="repeat scaled", check_formula="shuffled accumulation", check_determinism="true")
+    assert not at.exception and not [e for e in at.error if "Internal error" in e.value]
+    assert any("Nondeterministic: over 10 runs" in m.value and "gradcheck passes with it" in m.value for m in at.markdown)
+    assert has(at, "spread over 10 runs of the backward")
+    at = app(PAGE, family="repeat batch centred", check_formula="centred", check_determinism="true")
+    (rows,) = [d.value for d in at.dataframe if "against its batch" in d.value.columns]
+    assert set(rows["against its batch"]) == {"different"}
+
+
+def test_a_gradient_that_is_not_finite_shows_where_it_was_born(monkeypatch):
+    from pathlib import Path
+
+    at = app(PAGE, family="normalize", check_formula="unclamped")
+    assert "Where the NaN or Inf was born" not in [h.value for h in at.subheader]  # finite: nothing traced
+    monkeypatch.setenv("GRADIENT_LAB_FUNCTIONS", str(Path(__file__).parents[1] / "fixtures" / "nan_families.py"))
+    at = app(PAGE, family="nan over zero", check_formula="divides")
+    assert not at.exception and "Where the NaN or Inf was born" in [h.value for h in at.subheader]
+    (born,) = [e.value for e in at.error if e.value.startswith("**Born** in `aten.")]
+    assert "at `nan_functions.py:" in born and "x/0" in born and "Fix:" in born

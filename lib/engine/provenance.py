@@ -1,0 +1,179 @@
+"""Where a NaN or an Inf was born: the formula's forward, backward and double backward rerun under a
+dispatch-level recorder that watches every operation.
+
+``detect_anomaly`` names the forward op whose backward gave a NaN, without tensor context; inside a
+custom Function's backward nothing names the line. Here every aten operation is seen as it runs
+(``TorchDispatchMode``, which autograd's engine carries into backward): the first whose output is
+non-finite where all its inputs are finite is where the value was *born*; where that was an Inf,
+the first that turns non-NaN inputs into a NaN is where it *became NaN* (``1/x`` gives inf, then
+``0 · inf`` gives NaN). Each is named with the op, the user's line (the innermost frame of the
+stack outside torch and Gradient Lab), the element, the input values there, a cause where one fits
+(0/0, x/0, log of ≤ 0, sqrt of < 0, a negative power of 0, exp overflow, inf − inf, 0 · inf, a
+masked singularity) and its known fix. It runs only where something is not finite: it costs
+nothing otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import traceback
+from typing import Any, Callable, Sequence
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from .report import NonFiniteEvent, Provenance
+from .signature import name_index
+
+Tensor = torch.Tensor
+_TORCH = os.path.dirname(torch.__file__)
+_LAB = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # lib/: Gradient Lab's machinery is not the user's code
+_GALLERY = os.path.join(_LAB, "app", "functions")  # but the gallery's Functions are code under study, as a user's are
+PHASES = ("forward", "backward", "double backward")
+FIXES = {
+    "0/0": "guard the division: torch.where(d == 0, 0, n / torch.where(d == 0, 1, d)) (the double-where trick), or clamp d",
+    "x/0": "clamp the denominator away from 0 (d.clamp_min(eps)), or mask it with the double-where trick",
+    "log of ≤ 0": "clamp the argument first: torch.log(x.clamp_min(eps))",
+    "sqrt of < 0": "clamp the argument first: torch.sqrt(x.clamp_min(0))",
+    "a negative power of 0 (the derivative of sqrt or a norm at 0)": "add eps inside the root (sqrt(x + eps)), or mask x = 0 "
+                                                                    "with the double-where trick",
+    "exp overflow": "subtract the max before exp (the shifted exp of a stable softmax or logsumexp), or work in log space",
+    "overflow": "rescale before the operation, or compute it in a wider dtype",
+    "inf / inf": "an overflow before the division: shift before exp (subtract the max), or rescale both terms",
+    "inf − inf": "avoid subtracting two infinities: shift both terms (subtract the max) before they overflow",
+    "0 · inf": "mask before multiplying: zero the factor that overflows where the other is 0 (torch.where on the input, not the output)",
+    "a where that masks a singularity in the forward but not in the backward": "the double-where trick: make the masked-off input safe "
+                                                                               "too, x_safe = torch.where(mask, x, 1), then "
+                                                                               "torch.where(mask, f(x_safe), 0)",
+}
+
+
+def _user_line() -> str:
+    """The innermost frame of the call outside torch and Gradient Lab: the user's code, as file:line."""
+    for frame in reversed(traceback.extract_stack()):
+        path = os.path.abspath(frame.filename)
+        ours = path.startswith(_LAB) and not path.startswith(_GALLERY)
+        if not path.startswith(_TORCH) and not ours and "<frozen" not in path:
+            return f"{os.path.basename(path)}:{frame.lineno}"
+    return ""
+
+
+def _finite(t: Any) -> bool:
+    return not isinstance(t, Tensor) or not t.is_floating_point() or t.numel() == 0 or bool(torch.isfinite(t).all())
+
+
+def _has_nan(t: Any) -> bool:
+    return isinstance(t, Tensor) and t.is_floating_point() and t.numel() > 0 and bool(torch.isnan(t).any())
+
+
+def _at(t: Any, shape: torch.Size, index: tuple[int, ...]) -> float | None:
+    """The value of ``t`` (a tensor broadcastable to ``shape``, or a number) at ``index`` of ``shape``."""
+    if isinstance(t, (int, float)):
+        return float(t)
+    if not isinstance(t, Tensor) or not t.is_floating_point():
+        return None
+    try:
+        return float(t.detach().expand(shape)[index]) if t.dim() <= len(shape) else None
+    except RuntimeError:
+        return None
+
+
+def _cause(op: str, values: list[float | None], result: float, masked: bool) -> str:
+    """The named cause of a non-finite ``result`` of ``op`` at one element, from the inputs there."""
+    a = values[0] if values else None
+    b = values[1] if len(values) > 1 else None
+    if op in ("div", "true_divide", "reciprocal") or (op == "pow" and a == 0 and b is not None and b < 0):
+        if op == "pow":
+            return "a negative power of 0 (the derivative of sqrt or a norm at 0)"
+        d = b if op != "reciprocal" else a
+        n = a if op != "reciprocal" else 1.0
+        if d == 0:
+            return "0/0" if n == 0 else "x/0"
+    if op in ("div", "true_divide") and a is not None and b is not None and math.isinf(a) and math.isinf(b):
+        return "inf / inf"
+    if op in ("log", "log2", "log10", "log1p") and a is not None and a <= (-1 if op == "log1p" else 0):
+        return "log of ≤ 0"
+    if op in ("sqrt", "rsqrt") and a is not None and a < 0:
+        return "sqrt of < 0"
+    if op == "rsqrt" and a == 0:
+        return "a negative power of 0 (the derivative of sqrt or a norm at 0)"
+    if op in ("exp", "exp2", "expm1") and math.isinf(result):
+        return "exp overflow"
+    if op in ("sub", "add", "rsub") and a is not None and b is not None and math.isinf(a) and math.isinf(b):
+        return "inf − inf"
+    if op == "mul" and a is not None and b is not None and ((a == 0 and math.isinf(b)) or (b == 0 and math.isinf(a))):
+        return "a where that masks a singularity in the forward but not in the backward" if masked else "0 · inf"
+    if math.isinf(result) and all(v is None or math.isfinite(v) for v in values):
+        return "overflow"
+    return ""
+
+
+class _Recorder(TorchDispatchMode):
+    """Sees every aten operation: the first to make a non-finite value from finite inputs, and the
+    first to make a NaN from inputs without one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.phase = "forward"
+        self.born: NonFiniteEvent | None = None
+        self.nan: NonFiniteEvent | None = None
+        self.masked = False  # a where ran in forward: a 0 · inf in backward is its masked singularity
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if self.born is not None and self.nan is not None:
+            return out
+        name = func.overloadpacket.__name__.rstrip("_")
+        if name == "where" and self.phase == "forward":
+            self.masked = True
+        inputs, _ = tree_flatten((args, kwargs or {}))
+        outputs = [o for o in tree_flatten(out)[0] if isinstance(o, Tensor)]
+        if not outputs or all(_finite(o) for o in outputs):
+            return out
+        nan = any(_has_nan(o) for o in outputs) and not any(_has_nan(i) for i in inputs)
+        if self.born is None and all(_finite(i) for i in inputs):
+            self.born = self._event(name, inputs, outputs)
+            if nan:  # born NaN (0/0): one event
+                self.nan = self.born
+        elif self.nan is None and nan:
+            self.nan = self._event(name, inputs, outputs, nan=True)
+        return out
+
+    def _event(self, op: str, inputs: Sequence[Any], outputs: Sequence[Tensor], nan: bool = False) -> NonFiniteEvent:
+        output = next(o for o in outputs if not _finite(o))
+        bad = torch.isnan(output) if nan else ~torch.isfinite(output)
+        index = tuple(int(i) for i in torch.nonzero(bad)[0].tolist()) if output.dim() else ()
+        result = float(output.detach()[index]) if output.dim() else float(output)
+        values = [_at(i, output.shape, index) for i in inputs if isinstance(i, (Tensor, int, float)) and not isinstance(i, bool)]
+        cause = _cause(op, values, result, self.masked and self.phase != "forward")
+        return NonFiniteEvent(op=f"aten.{op}", phase=self.phase, line=_user_line(), element=name_index("out", index),
+                              inputs=tuple(v for v in values if v is not None), result=result, count=int(bad.sum()),
+                              cause=cause, fix=FIXES.get(cause, ""))
+
+
+def trace_non_finite(function: Callable[..., Tensor], inputs: Sequence[Tensor], upstream: Tensor | None = None,
+                     order: int = 2, seed: int = 0) -> Provenance:
+    """Run ``function``'s forward, its backward for ``upstream`` (random, seeded, where None) and,
+    with ``order=2``, its double backward, under the recorder; the first non-finite value's birth
+    and, where different, where it became NaN."""
+    recorder = _Recorder()
+    xs = [x.detach().requires_grad_() for x in inputs]
+    error = ""
+    try:
+        with torch.enable_grad(), recorder:
+            y = function(*xs)
+            u = upstream if upstream is not None else torch.randn(tuple(y.shape), generator=torch.Generator().manual_seed(seed + 4241),
+                                                                  dtype=torch.float64).to(y)
+            recorder.phase = "backward"
+            grads = torch.autograd.grad(y, xs, u.to(y.dtype), create_graph=order == 2, allow_unused=True)
+            used = [(g, x) for g, x in zip(grads, xs) if g is not None and g.requires_grad]
+            if order == 2 and used:
+                recorder.phase = "double backward"
+                v = [torch.randn(tuple(x.shape), generator=torch.Generator().manual_seed(seed + 7), dtype=torch.float64).to(x) for _, x in used]
+                torch.autograd.grad(sum((g * w).sum() for (g, _), w in zip(used, v)), xs, allow_unused=True)
+    except Exception as raised:  # noqa: BLE001 - the code under test may raise; what was recorded before stands
+        error = f"{type(raised).__name__}: {raised}"
+    nan = recorder.nan if recorder.nan is not recorder.born else None
+    return Provenance(born=recorder.born, became_nan=nan, error=error)

@@ -1,0 +1,97 @@
+"""Where a NaN or an Inf was born (lib.engine.provenance): the op, the user's line, the element, the
+inputs there, the cause and its fix; and nothing traced where everything is finite."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from gradient_lab.app import views
+from gradient_lab.app.case import Case
+from gradient_lab.engine.provenance import FIXES, trace_non_finite
+from gradient_lab.explore.perturb import Perturbation
+from gradient_lab.testing import assert_gradients_match, check_gradients
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+sys.path.insert(0, str(FIXTURES))
+import nan_functions as nf  # noqa: E402
+
+SOURCE = (FIXTURES / "nan_functions.py").read_text().splitlines()
+
+
+def marked_line(name: str, mark: str = "# NaN:") -> int:
+    """The line of ``name``'s backward marked ``mark`` (``# born:`` falls back on ``# NaN:``)."""
+    start = next(i for i, line in enumerate(SOURCE) if line.startswith(f"class {name}("))
+    end = next((i for i in range(start + 1, len(SOURCE)) if SOURCE[i].startswith("class ")), len(SOURCE))
+    found = [i + 1 for i in range(start, end) if mark in SOURCE[i]]
+    return found[0] if found else marked_line(name)
+
+
+@pytest.mark.parametrize("name", list(nf.CAUSES))
+def test_each_cause_is_named_with_its_op_line_element_and_fix(name):
+    found = trace_non_finite(getattr(nf, name).apply, [nf.inputs_for(name)], order=1)
+    cause, op = nf.CAUSES[name]
+    born = found.born
+    assert born is not None and born.op == op and born.cause == cause and born.fix == FIXES[cause]
+    assert born.element in ("out[1, 2]", "out[1, 0]")  # the broken element (a zero row: its first)
+    assert born.line == f"nan_functions.py:{marked_line(name, '# born:')}" and born.phase == "backward"
+    if name in nf.BECOMES_NAN:
+        nan_cause, nan_op = nf.BECOMES_NAN[name]
+        assert found.became_nan is not None and found.became_nan.op == nan_op and found.became_nan.cause == nan_cause
+        assert found.became_nan.line == f"nan_functions.py:{marked_line(name)}"
+        assert "became NaN in" in found.describe()
+    else:
+        assert found.became_nan is None
+
+
+def test_the_inputs_that_made_it_are_given():
+    found = trace_non_finite(nf.OverZero.apply, [nf.inputs_for("OverZero")], upstream=torch.ones(4, 5, dtype=torch.float64), order=1)
+    assert found.born.inputs == (1.0, 0.0) and found.born.result == float("inf") and found.born.count == 1
+
+
+def test_a_finite_function_is_never_traced_by_the_verdict():
+    report = views.compare_case(Case(family="softmax", formulas=("corrected",)), "corrected")
+    assert report.provenance is None
+
+
+def test_the_verdict_traces_a_gradient_that_is_not_finite_where_the_truth_is():
+    case = Case(family="normalize", formulas=("unclamped",), perturbation=Perturbation(near_zero_rows=1, near_zero_factor=0.0))
+    report = views.compare_case(case, "unclamped")
+    born = report.provenance.born
+    assert born.op == "aten.div" and born.cause == "0/0" and born.line.startswith("normalize.py:") and born.phase == "backward"
+    overflow = views.compare_case(Case(family="logsumexp", formulas=("naive",), dtype="float32", perturbation=Perturbation(norm1=1e3)),
+                                  "naive")
+    assert overflow.provenance.born.cause == "exp overflow" and overflow.provenance.became_nan.cause == "inf / inf"
+
+
+def test_the_assertion_message_says_where_it_was_born():
+    x = nf.inputs_for("OverZero")
+    report = check_gradients(nf.OverZero.apply, x, reference=lambda v: v * 1.0, conditions="none")
+    assert report.provenance is not None and report.provenance.born.cause == "x/0"
+    with pytest.raises(AssertionError) as raised:
+        assert_gradients_match(nf.OverZero.apply, x, lambda v: v * 1.0, conditions="none")
+    assert f"not finite: born in aten.div in backward at nan_functions.py:{marked_line('OverZero')}" in str(raised.value)
+    assert "x/0" in str(raised.value) and "clamp the denominator" in str(raised.value)
+
+
+def test_a_double_backward_that_is_not_finite_is_traced_in_its_phase():
+    class SqrtOnce(torch.autograd.Function):
+        @staticmethod
+        def forward(x):
+            return x * x
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(inputs[0])
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return g * 2 * torch.sqrt(x * x)  # |x|·2: its derivative at 0 is 0/0 in double backward
+
+    x = nf.inputs_for("OverZero")
+    found = trace_non_finite(SqrtOnce.apply, [x], order=2)
+    assert found.born is not None and found.born.phase == "double backward"
