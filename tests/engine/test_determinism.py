@@ -76,3 +76,9 @@ def test_runs_outside_two_to_a_thousand_are_refused_in_words():
 
     with pytest.raises(LabError, match="2 to 1,000 times"):
         found("repeat scaled", "deterministic", runs=1)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device: the determinism check on the GPU")
+def test_on_cuda_the_backward_runs_again_on_the_gpu():
+    result = found("repeat scaled", "deterministic", device="cuda")
+    assert result.device.startswith("cuda") and result.deterministic

@@ -17,9 +17,11 @@ def spread_map(spread: Spread, runs: int) -> go.Figure:
     the input's elements (1-D as one row, N-D as dim 0 against the rest)."""
     values = np.asarray(spread.spread, dtype=np.float64)
     grid = values.reshape(1, -1) if values.ndim < 2 else values.reshape(values.shape[0], -1)
-    fig = go.Figure(go.Heatmap(z=grid, colorscale=SEQUENTIAL, colorbar={"title": "spread"},
+    fig = go.Figure(go.Heatmap(z=grid, colorscale=SEQUENTIAL, colorbar={"title": "spread", "exponentformat": "e"},
                                hovertemplate="row %{y}, column %{x}<br>max − min over the runs: %{z:.3g}<extra></extra>"))
-    base_layout(fig, f"gradient of {spread.name}: spread over {runs} runs of the backward ({spread.varying.size:,} elements vary)",
+    count = spread.varying.size
+    base_layout(fig, f"gradient of {spread.name}: spread over {runs} runs of the backward "
+                     f"({count:,} element{' varies' if count == 1 else 's vary'})",
                 "element (the rest of the dims)", "dim 0")
     fig.update_yaxes(autorange="reversed")
     return fig
