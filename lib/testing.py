@@ -59,7 +59,8 @@ def as_family(function, inputs: Sequence[Tensor], reference=None, name: str | No
 def check_gradients(function, inputs: Tensor | Sequence[Tensor], *, reference=None, surrogate=None, order: int = 2, seed: int = 0,
                     step: float | None = None, atol: float | None = None, rtol: float | None = None,
                     conditions: str = "default", parity: bool | str | Sequence[str] = False,
-                    dtype: torch.dtype | None = None, determinism: int | None = None, batch_invariant: bool = True) -> GradientReport:
+                    dtype: torch.dtype | None = None, determinism: int | None = None, batch_invariant: bool = True,
+                    provenance: str = "auto") -> GradientReport:
     """The app's gradient report for ``function`` on ``inputs`` (copies; the inputs are not changed).
     ``surrogate``: plain torch ops whose autograd gradient is the intended one (see ``declare``);
     ``order=1``: the second order is not checked; ``conditions``: "default", "all" or "none" (the
@@ -71,7 +72,8 @@ def check_gradients(function, inputs: Tensor | Sequence[Tensor], *, reference=No
     in the same dtype, against float64 from the same values), with tolerances for assert_close.
     Tolerances' fresh draws are the given values shuffled. ``determinism`` (runs): the backward that
     many times, bitwise, and a row alone and among other rows (``batch_invariant=False``: its
-    gradient depends on the batch by design)."""
+    gradient depends on the batch by design). ``provenance``: "auto" traces where a non-finite value
+    of the formula's was born wherever its truth is finite, "always" wherever it is not finite at all."""
     inputs = (inputs,) if isinstance(inputs, Tensor) else tuple(inputs)
     if dtype is not None:
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
@@ -85,7 +87,8 @@ def check_gradients(function, inputs: Tensor | Sequence[Tensor], *, reference=No
         raise ValueError(f"order must be 1 or 2, not {order!r}")
     family = as_family(function, copies, reference, surrogate=surrogate, order=order)
     return compare_gradients(family, family.name, copies, seed=seed, step=step, atol=atol, rtol=rtol, order=order, conditions=conditions,
-                             parity=_parity_paths(parity), determinism=determinism, batch_invariant=batch_invariant)
+                             parity=_parity_paths(parity), determinism=determinism, batch_invariant=batch_invariant,
+                             provenance=provenance)
 
 
 def _parity_paths(parity: bool | str | Sequence[str]) -> str | Sequence[str] | None:

@@ -422,6 +422,7 @@ def check(
     draws: int = DRAWS,
     determinism: int | None = None,
     batch_invariant: bool = True,
+    provenance: str = "auto",
 ) -> GradientReport:
     """Analytic vs reference vs numerical, stage by stage: plan (unless ``plans`` are given, as the
     guard made them) and evaluate, judge the whole Jacobian (``judge``), the drawn gradient for
@@ -494,9 +495,10 @@ def check(
     drawn = None if e.failure else _drawn_gradient_finding(comparisons, tolerances, trusted, jacobian.second_looked,
                                                            [_gradient_noise(run, inputs, p, e.upstream, budget_bytes) for p in e.plans],
                                                            jacobian.scales, problem.role)
-    provenance = None  # where a value the truth has finite was born non-finite: only then is it traced
-    if e.failure is None and _non_finite_where_truth_is_finite(comparisons, outputs):
-        provenance = trace_non_finite(run, inputs, e.upstream, order=order, seed=seed)
+    traced = None  # where a value the truth has finite was born non-finite: only then is it traced
+    if e.failure is None and provenance != "never" and _non_finite_where_truth_is_finite(comparisons, outputs, second,
+                                                                                       anywhere=provenance == "always"):
+        traced = trace_non_finite(run, inputs, e.upstream, order=order, seed=seed)
     diagnosis = diagnose_failure(e.failure, inputs) if e.failure is not None else None  # diagnose
     if jacobian is not None and diagnose_it:
         second_wrong = second is not None and second.failed
@@ -524,7 +526,7 @@ def check(
         signature=problem.signature,
         conditions=found,
         parity=grid,
-        provenance=provenance,
+        provenance=traced,
         determinism=_repeatability(problem, None, determinism, batch_invariant, seed) if e.failure is None and determinism else None,
     )
 
@@ -609,14 +611,24 @@ def _in_low_precision(problem: Problem, options: dict, ratio: float, draws: int,
                    provenance=provenance, determinism=repeated)
 
 
-def _non_finite_where_truth_is_finite(comparisons: Sequence[InputComparison], outputs) -> bool:
-    """Whether the formula's output or drawn gradient is not finite somewhere its truth is."""
-    for c in comparisons:
-        analytic, truth = c.gradients["analytic"], c.gradients["reference"]
-        if (~np.isfinite(analytic) & np.isfinite(truth)).any():
-            return True
-    if outputs and outputs[0] is not None and outputs[1] is not None and outputs[0].shape == outputs[1].shape:
-        return bool((~torch.isfinite(outputs[1]) & torch.isfinite(outputs[0])).any())
+def _non_finite_where_truth_is_finite(comparisons: Sequence[InputComparison], outputs, second=None, anywhere: bool = False) -> bool:
+    """Whether the formula's output, drawn gradient or double backward is not finite somewhere its
+    truth is (``anywhere``: somewhere at all)."""
+    def broken(mine: np.ndarray, truth: np.ndarray | None) -> bool:
+        bad = ~np.isfinite(mine)
+        return bool(bad.any() if anywhere or truth is None or truth.shape != mine.shape else (bad & np.isfinite(truth)).any())
+
+    if any(broken(c.gradients["analytic"], c.gradients["reference"]) for c in comparisons):
+        return True
+    if second is not None and second.products.get("double backward"):
+        truths = second.products.get("reference") or second.products.get("differences of its gradient") or []
+        for k, mine in enumerate(second.products["double backward"]):
+            if broken(np.asarray(mine), np.asarray(truths[k]) if k < len(truths) else None):
+                return True
+    if outputs and outputs[1] is not None:
+        mine = outputs[1].detach().double().cpu().numpy()
+        truth = outputs[0].detach().double().cpu().numpy() if outputs[0] is not None else None
+        return broken(mine, truth)
     return False
 
 

@@ -90,8 +90,19 @@ def test_a_double_backward_that_is_not_finite_is_traced_in_its_phase():
         @staticmethod
         def backward(ctx, g):
             (x,) = ctx.saved_tensors
-            return g * 2 * torch.sqrt(x * x)  # |x|·2: its derivative at 0 is 0/0 in double backward
+            return g * 2 * torch.sqrt(x * x)  # |x|·2: the derivative of sqrt at 0 is x/0 in double backward
 
-    x = nf.inputs_for("OverZero")
+    x = nf.inputs_for("OverZero")  # positive, and 0 at x[1, 2]: the first order is right, its derivative is 0/0 there
     found = trace_non_finite(SqrtOnce.apply, [x], order=2)
-    assert found.born is not None and found.born.phase == "double backward"
+    assert found.born is not None and found.born.phase == "double backward" and found.born.cause == "x/0"  # sqrt's derivative
+    assert found.became_nan is not None and found.became_nan.cause == "0 · inf"
+    report = check_gradients(SqrtOnce.apply, x, reference=lambda v: v * v, order=2, conditions="none")
+    assert report.verdict.passed and report.provenance is not None and report.provenance.born.phase == "double backward"
+
+
+def test_always_traces_even_where_the_truth_is_not_finite_and_never_does_not():
+    x = nf.inputs_for("MaskedSingularity")
+    reference = lambda v: torch.where(v > 0, torch.log(v.clamp_min(1e-300)), torch.zeros_like(v))  # noqa: E731
+    assert check_gradients(nf.OverZero.apply, x, reference=lambda v: v * 1.0, conditions="none", provenance="never").provenance is None
+    forced = check_gradients(nf.MaskedSingularity.apply, x, reference=reference, conditions="none", provenance="always")
+    assert forced.provenance is not None and forced.provenance.became_nan.cause.startswith("a where that masks")
