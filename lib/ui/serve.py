@@ -12,6 +12,16 @@ import sys
 import time
 
 
+def _warm_recorder() -> None:
+    """The NaN recorder's first TorchDispatchMode costs a second in a process: paid here, not by the
+    first user whose gradient is not finite."""
+    import torch
+
+    from ..engine.provenance import trace_non_finite
+
+    trace_non_finite(lambda x: 1 / x, [torch.zeros(2, dtype=torch.float64)], order=1)
+
+
 def warm() -> float:
     """Import what every page imports, pay Streamlit's own first-run costs, and check Home's
     default case into the cache the pages read (``compute.cached``), so the first visitor at
@@ -39,6 +49,7 @@ def warm() -> float:
         for formula in cached(views.chosen_formulas)(case):
             cached(views.gradient_report)(case, formula)
         cached(views.contract_problems)(case)
+        _warm_recorder()
     finally:
         caching.level = level
     return time.perf_counter() - start
