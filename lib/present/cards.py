@@ -173,6 +173,8 @@ def details(report: GradientReport) -> tuple[str, ...]:
         lines.append(_capital(verdict.finding) + ".")
     if report.precision is not None and not precision_failed(report):
         lines.append(_capital(report.precision.describe()) + ".")
+    if report.provenance is not None:  # where the first non-finite value came from
+        lines.append(f"Not finite: {report.provenance.describe()}.")
     if verdict.coverage:
         lines.append(("Without it, checked " if verdict.condition else "Checked ") + verdict.coverage + ".")
     if report.conditions is not None:

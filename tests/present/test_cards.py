@@ -101,3 +101,14 @@ def test_the_precision_rows_put_the_formula_beside_its_baseline_and_the_output_l
     rows = precision_rows(report.precision)
     assert [r["of"] for r in rows] == ["gradient of x1", "gradient of x2", "output"]
     assert all(tuple(r) == PRECISION_COLUMNS and r["verdict"] == "pass" for r in rows)
+
+
+def test_the_details_say_where_a_non_finite_gradient_was_born():
+    from gradient_lab.app import views
+    from gradient_lab.app.case import Case
+    from gradient_lab.explore.perturb import Perturbation
+
+    case = Case(family="logsumexp", formulas=("naive",), dtype="float32", perturbation=Perturbation(norm1=1e3))
+    shown = card(views.compare_case(case, "naive"))
+    assert any(line.startswith("Not finite: born in aten.exp in forward at logsumexp.py:") and "exp overflow" in line
+               for line in shown.details)
