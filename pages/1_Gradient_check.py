@@ -8,6 +8,7 @@ import streamlit as st
 from gradient_lab import ui
 from gradient_lab.app import views
 from gradient_lab.engine.pipeline import DEFAULT_JACOBIAN_LIMIT
+from gradient_lab.engine.precision import FLOOR_EPS, RMSE_FLOOR_EPS
 from gradient_lab.engine.report import PAIRS
 from gradient_lab.app.devices import device_problem
 from gradient_lab.present.figures.check import (
@@ -93,8 +94,8 @@ with ui.guard("This page"):
         st.caption(f"Is the difference a bug or rounding? The formula's gradient in {precision.dtype} and {precision.baseline_words} "
                    f"are both compared with float64 computed from the same {precision.dtype} values (so rounding the inputs is not "
                    f"held against it), for {precision.probes} upstream gradients. It passes when its largest error is at most "
-                   f"{precision.k:g}× the baseline's plus a noise floor of one eps at the truth's scale, and its relative RMSE at most "
-                   f"{precision.k:g}× the baseline's plus a quarter eps. {where}. The verdict, conditions and second order above "
+                   f"{precision.k:g}× the baseline's plus a noise floor of {FLOOR_EPS:g} eps at the truth's scale, and its relative RMSE "
+                   f"at most {precision.k:g}× the baseline's plus {RMSE_FLOOR_EPS:g} eps. {where}. The verdict, conditions and second order above "
                    f"are float64 on the same values.")
         if precision.failure:
             st.error(precision.failure[0].upper() + precision.failure[1:] + ".", icon=":material/error:")

@@ -153,6 +153,8 @@ def numbers(report: GradientReport) -> tuple[Number, ...]:
 def picture(report: GradientReport) -> str:
     """The error map where the diagnosis is about where it is wrong; else the entries against the truth."""
     kinds = [f.kind for f in report.diagnosis.findings] if report.diagnosis is not None else []
+    if precision_failed(report):  # right as maths: the map of where it loses bits in the dtype says more than the entries
+        return "error map"
     if kinds and kinds[0] in MAP_KINDS or report.jacobian is None or not any(e.rows.size for e in report.jacobian.entries):
         return "error map"
     return "scatter"

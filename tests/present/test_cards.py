@@ -92,6 +92,7 @@ def test_below_float64_the_card_leads_with_the_ratio_to_pytorchs_own_error():
     outcome, words = precision_line(poor)
     assert outcome == "fail" and f"{poor.precision.ratio:.2g}×" in words
     assert card(poor).headline.startswith("Loses precision in float16:")
+    assert card(poor).picture == "error map" and right.picture == "scatter"  # where it loses bits, in the dtype
 
 
 def test_the_precision_rows_put_the_formula_beside_its_baseline_and_the_output_last():
