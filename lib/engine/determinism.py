@@ -21,6 +21,7 @@ import torch
 from .evaluate import backward_products
 from .report import BatchInvariance, Determinism, RowComparison, Spread
 from .signature import name_element
+from .tolerances import round_up
 
 Tensor = torch.Tensor
 RUNS = 10
@@ -42,13 +43,6 @@ def _bits(values: np.ndarray, first: np.ndarray, dtype: torch.dtype) -> int:
     b = torch.from_numpy(np.ascontiguousarray(first)).to(dtype).view(kind).numpy()
     xor = np.bitwise_xor(a, b).view(np.uint8).reshape(a.size, -1)
     return int(np.unpackbits(xor, axis=1).sum(axis=1).max(initial=0))
-
-
-def _round_up(value: float) -> float:
-    if value <= 0 or not math.isfinite(value):
-        return value
-    digits = 10.0 ** math.floor(math.log10(value))
-    return float(f"{math.ceil(value / digits * (1 - 1e-12)) * digits:.1g}")
 
 
 def check_determinism(problem, exact=None, runs: int = RUNS, seed: int = 0) -> Determinism:
@@ -74,7 +68,7 @@ def check_determinism(problem, exact=None, runs: int = RUNS, seed: int = 0) -> D
     if not deterministic:
         exact = exact if exact is not None else problem
         measured = spreads if exact is problem else check_determinism(exact, None, runs, seed).spreads
-        tolerance = _round_up(2 * max((s.max_spread for s in measured), default=0.0)) or 1e-12
+        tolerance = round_up(2 * max((s.max_spread for s in measured), default=0.0), digits=1) or 1e-12
         passes, why = _gradcheck_passes(exact, tolerance)
     return Determinism(runs=len(results), deterministic=deterministic, spreads=tuple(spreads), nondet_tol=tolerance, gradcheck=passes,
                        gradcheck_message=why, dtype=str(dtype).removeprefix("torch."), device=str(problem.inputs[0].device))

@@ -584,15 +584,16 @@ def _in_low_precision(problem: Problem, options: dict, ratio: float, draws: int,
         by_reference = [problem.reference is not None and jacobian.coverage.judged_by_reference(n) for n in problem.names]
     else:  # no float64 verdict to read, or the formula's forward is not the reference's: the reference is no truth
         by_reference = [problem.reference is not None and not report.verdict.forward] * len(problem.inputs)
-    if exact.failure is not None or (report.failure is not None and report.failure.stage == "forward"):
-        if report.failure is not None and not all(by_reference):  # no float64 truth to judge the dtype's by
-            return replace(report, dtype=name, device=device)
+    # the formula's forward did not run in float64 (a failed remake is the report's forward failure)
+    float64_failed = report.failure is not None and (exact.failure is not None or report.failure.stage == "forward")
+    if float64_failed and not all(by_reference):  # no float64 truth to judge the dtype's by
+        return replace(report, dtype=name, device=device)
     kinks = jacobian.kinks if jacobian is not None else ()
     precision = check_precision(problem, exact, by_reference=by_reference, kinks=kinks, upstream=upstream, seed=options["seed"],
                                 draws=draws, k=ratio, role=problem.role)
     plain = report.verdict
     line = precision.describe()
-    if report.failure is not None and not precision.failure and (exact.failure is not None or report.failure.stage == "forward"):
+    if float64_failed and not precision.failure:
         # the formula runs in the dtype but not in float64 (a dtype-only kernel): the precision verdict alone
         coverage = f"the formula does not run in float64 ({report.failure}), so it is judged in {name} alone"
         verdict = (Verdict("pass", coverage, precision=line) if precision.passed else Verdict("fail", coverage, precision.finding()))

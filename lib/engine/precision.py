@@ -19,8 +19,8 @@ dtype?". So, as FlashAttention's tests do:
 
 Beside the verdict, from fresh draws of the inputs (``DRAWS`` seeds at the case's shape): the
 tolerances ``torch.testing.assert_close`` needs to fail less often than ``FLAKE_RATE``, fitted to
-the draws' largest errors by a Gumbel tail (the largest of many errors is Gumbel-distributed), and
-the errors' distribution (ULP histogram, error against magnitude) for formula and baseline.
+the draws' largest errors by a generalized Pareto tail (``suggest_tolerance``), and the errors'
+distribution (ULP histogram, error against magnitude) for formula and baseline.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ import torch
 
 from .evaluate import backward_products
 from .report import ErrorStats, Failure, Precision, PrecisionResult, SuggestedTolerance
+from .tolerances import round_up
 
 Tensor = torch.Tensor
 LOW_PRECISION = (torch.float32, torch.bfloat16, torch.float16)
@@ -47,7 +48,6 @@ DRAW_ELEMENTS = 2**20  # elements × draws the tolerance fit may spend
 FLAKE_RATE = 1e-4  # the suggested tolerances fail at most this often
 ULP_EDGES = np.array([0.0, 0.5, 1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096, 2.0**16, math.inf])  # histogram bins, in ULPs
 SAMPLE = 2000  # points of the error-against-magnitude scatter, per side
-EULER = 0.5772156649015329
 # torch.testing.assert_close's default rtol per dtype: the suggested tolerances keep it and fit atol
 ASSERT_CLOSE_RTOL = {torch.float32: 1.3e-6, torch.bfloat16: 1.6e-2, torch.float16: 1e-3}
 
@@ -139,7 +139,7 @@ def suggest_tolerance(draws: Sequence[np.ndarray], dtype: torch.dtype, scales: S
     worst = np.maximum(worst, 0.0)
     resampled = np.random.default_rng(count).choice(worst, (BOOTSTRAP, count))  # the fit's own uncertainty
     quantile = float(np.quantile([_pareto_quantile(np.sort(r), rate) for r in resampled], CONFIDENCE))
-    atol = _round_up(max(quantile, MARGIN * float(worst.max()), floor))
+    atol = round_up(max(quantile, MARGIN * float(worst.max()), floor))
     return SuggestedTolerance(atol, rtol, rate, count, int((worst > atol).sum()), 0)
 
 
@@ -173,13 +173,6 @@ def _pareto_quantile(ordered: np.ndarray, exceed: float) -> float:
     if abs(shape) < 1e-6:
         return threshold - sigma * math.log(q)
     return threshold + sigma / shape * (1 - q**shape)
-
-
-def _round_up(value: float) -> float:
-    if value <= 0 or not math.isfinite(value):
-        return value
-    digits = 10.0 ** (math.floor(math.log10(value)) - 1)
-    return float(f"{math.ceil(value / digits * (1 - 1e-12)) * digits:.2g}")
 
 
 # ---- the verdict ---------------------------------------------------------------------------------
@@ -257,10 +250,14 @@ def _point(low, exact, by_reference: Sequence[bool], upstreams: Sequence[Tensor]
     return _Sides(formula, baseline, truth, (y, y_base, y_true))
 
 
-def _upstreams(low, seed: int, own: Tensor | None, probes: int) -> list[Tensor]:
-    """The case's own upstream (where given) and ``probes`` seeded standard-normal ones, in the dtype."""
-    with torch.no_grad():
-        shape = low.function(*low.inputs).shape
+def _upstreams(low, seed: int, own: Tensor | None, probes: int, shape: tuple[int, ...] | None = None) -> list[Tensor]:
+    """The case's own upstream (where given) and ``probes`` seeded standard-normal ones, in the dtype,
+    of the output's ``shape`` (read from a forward call where neither it nor ``own`` gives it)."""
+    if shape is None and own is not None:
+        shape = tuple(own.shape)
+    if shape is None:
+        with torch.no_grad():
+            shape = tuple(low.function(*low.inputs).shape)
     dtype, device = low.inputs[0].dtype, low.inputs[0].device
     generator = torch.Generator().manual_seed(seed + 7919)
     drawn = [torch.randn(tuple(shape), generator=generator, dtype=torch.float64).to(device=device, dtype=dtype) for _ in range(probes)]
@@ -328,11 +325,11 @@ def check_precision(low, exact, *, by_reference: Sequence[bool], kinks: Sequence
     output = judge_values("output", y.reshape(-1), y_base.reshape(-1), y_true.reshape(-1), dtype,
                           kind if low.reference is not None else "rounding", None, None, k, tuple(y.shape), y.size)
     return Precision(dtype=_name(dtype), device=device, truth_device=str(exact.inputs[0].device), k=k, results=tuple(results),
-                     output=output, probes=len(sides.truth[0]) if sides.truth else 0, draws=tolerances_draws(tolerances),
+                     output=output, probes=len(sides.truth[0]) if sides.truth else 0, draws=_draws_of(tolerances),
                      baseline_kind=kind)
 
 
-def tolerances_draws(tolerances) -> int:
+def _draws_of(tolerances) -> int:
     return max((t.draws for pair in tolerances for t in pair if t is not None), default=0)
 
 
@@ -360,7 +357,8 @@ def _tolerances(low, exact, by_reference, has_baseline: bool, seed: int, draws: 
             p, e = low.remake(given), exact.remake(upcast(given))
             if p.failure is not None or e.failure is not None:
                 continue
-            upstreams = [_loss_upstream(p)] + _upstreams(p, seed + d, None, 1)
+            loss_upstream = _loss_upstream(p)
+            upstreams = [loss_upstream] + _upstreams(p, seed + d, None, 1, tuple(loss_upstream.shape))
             sides = _point(p, e, by_reference, upstreams, has_baseline)
         except Exception:  # noqa: BLE001 - a draw the code under test cannot take is left out, not a verdict
             continue

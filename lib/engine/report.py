@@ -458,7 +458,7 @@ class Precision:
             return (f"in {self.dtype}, {what} is not finite at {f.non_finite:,} element{'s' * (f.non_finite != 1)} (first "
                     f"{worst.element(worst.first_non_finite)}) where {base} is (against float64 from the same {self.dtype} values)")
         return (f"in {self.dtype}, {what} loses precision, worst at {worst.element(worst.worst)}: its largest error is "
-                f"{_times(worst.ratio)} that of {base} "
+                f"{times(worst.ratio)} that of {base} "
                 f"({f.max_error:.3g} against {b.max_error:.3g}; allowed {worst.allowed:.3g}, {self.k:g}× plus a noise floor of "
                 f"{worst.floor:.2g}), relative RMSE {f.rel_rmse:.2g} against {b.rel_rmse:.2g}, SNR {_db(f.snr_db)} against "
                 f"{_db(b.snr_db)}, against float64 from the same {self.dtype} values")
@@ -472,13 +472,14 @@ class Precision:
             return f"in {self.dtype}: nothing to compare"
         f = worst.formula
         where = f" (on {self.device}, the truth on {self.truth_device})" if self.device != "cpu" else ""
-        return (f"in {self.dtype}, {'the output' if worst.name == 'output' else worst.name}'s largest error is {_times(worst.ratio)} "
+        return (f"in {self.dtype}, {'the output' if worst.name == 'output' else worst.name}'s largest error is {times(worst.ratio)} "
                 f"that of {self.baseline_words} (allowed {self.k:g}× plus a noise floor){where}: max {f.max_ulp:.3g} ULP, relative RMSE "
                 f"{f.rel_rmse:.2g}, SNR {_db(f.snr_db)}")
 
 
-def _times(ratio: float) -> str:
-    return "∞×" if ratio == math.inf else f"{ratio:.2g}×" if ratio < 10 else f"{ratio:,.0f}×"
+def times(ratio: float) -> str:
+    """A ratio of errors in words: "1.3×", "35×", "∞×", "—" where there is none."""
+    return "∞×" if ratio == math.inf else "—" if not math.isfinite(ratio) else f"{ratio:.2g}×" if ratio < 10 else f"{ratio:,.0f}×"
 
 
 def _db(snr: float) -> str:

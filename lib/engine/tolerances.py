@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -41,6 +42,14 @@ def default_tolerances(dtype: torch.dtype, **overrides: float | None) -> Toleran
 def gradcheck_tolerances(dtype: torch.dtype, **overrides: float | None) -> Tolerances:
     """Per-dtype defaults for PyTorch's own gradcheck, which has no error estimate of its differences."""
     return _with(_GRADCHECK, dtype, overrides)
+
+
+def round_up(value: float, digits: int = 2) -> float:
+    """``value`` rounded up to ``digits`` significant digits (a suggested tolerance never rounds down)."""
+    if value <= 0 or not math.isfinite(value):
+        return value
+    unit = 10.0 ** (math.floor(math.log10(value)) - digits + 1)
+    return float(f"{math.ceil(value / unit * (1 - 1e-12)) * unit:.{digits}g}")
 
 
 def _with(table: dict, dtype: torch.dtype, overrides: dict) -> Tolerances:

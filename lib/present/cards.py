@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..engine.report import GradientReport
+from ..engine.report import GradientReport, times
 from ..engine.judge import TRUTH_WORDS, tolerances_text
 
 HEADLINE_WORDS = 12  # at most, in a card's headline
@@ -69,7 +69,7 @@ def headline(report: GradientReport) -> str:
         if worst is not None and worst.first_non_finite >= 0:
             return _cut(f"Not finite in {precision.dtype} where PyTorch's own is")
         base = "the rounded truth's" if precision.baseline_kind == "rounding" else "PyTorch's own"
-        return _cut(f"Loses precision in {precision.dtype}: {_times(precision.ratio)} {base} error")
+        return _cut(f"Loses precision in {precision.dtype}: {times(precision.ratio)} {base} error")
     if verdict.condition and verdict.failure is None:
         return _cut(f"Wrong when {verdict.condition}")
     if verdict.failure is not None:
@@ -91,10 +91,6 @@ def precision_failed(report: GradientReport) -> bool:
     return precision is not None and not precision.passed and report.verdict.finding == precision.finding() and bool(report.verdict.finding)
 
 
-def _times(ratio: float) -> str:
-    return "∞×" if ratio == math.inf else "—" if not math.isfinite(ratio) else f"{ratio:.2g}×" if ratio < 10 else f"{ratio:,.0f}×"
-
-
 def precision_line(report: GradientReport) -> tuple[str, str] | None:
     """Below float64, the precision verdict in one line, with its outcome: the ratio to the baseline's error."""
     precision = report.precision
@@ -110,7 +106,7 @@ def precision_line(report: GradientReport) -> tuple[str, str] | None:
         words = f"{precision.dtype}: not finite at {worst.element(worst.first_non_finite)}, where {base} is"
     else:
         what = "the output" if worst.name == "output" else worst.name
-        words = (f"{precision.dtype}: {what}'s largest error is {_times(worst.ratio)} {base} error (allowed {precision.k:g}× plus a "
+        words = (f"{precision.dtype}: {what}'s largest error is {times(worst.ratio)} {base} error (allowed {precision.k:g}× plus a "
                  f"floor), SNR {worst.formula.snr_db:.1f} dB")
     return ("pass" if precision.passed else "fail"), words
 
@@ -136,7 +132,7 @@ def numbers(report: GradientReport) -> tuple[Number, ...]:
     coverage = report.jacobian.coverage if report.jacobian is not None else None
     worst = _worst_error(report)
     precision = report.precision
-    lead = [Number(f"error vs PyTorch in {precision.dtype}", _times(precision.ratio),
+    lead = [Number(f"error vs PyTorch in {precision.dtype}", times(precision.ratio),
                    f"The formula's largest error in {precision.dtype} over that of {precision.baseline_words}, both against float64 "
                    f"from the same values; it passes up to {precision.k:g}× plus a noise floor")] if precision is not None else []
     worst_number = Number("worst error", "—" if not math.isfinite(worst) else f"{worst:.2g}×" if worst >= 1e-3 else f"{worst:.0e}×",
@@ -274,7 +270,7 @@ def precision_rows(precision) -> list[dict]:
     for r in precision.judged:
         f, b = r.formula, r.baseline
         rows.append(dict(zip(PRECISION_COLUMNS, (
-            "output" if r.name == "output" else f"gradient of {r.name}", "pass" if r.passed else "fail", _times(r.ratio),
+            "output" if r.name == "output" else f"gradient of {r.name}", "pass" if r.passed else "fail", times(r.ratio),
             number(f.max_error), number(b.max_error), number(r.allowed), number(f.max_ulp), number(b.max_ulp), number(f.rel_rmse, ".2g"),
             number(b.rel_rmse, ".2g"), number(f.snr_db, ".1f"), number(b.snr_db, ".1f"), share(f.mismatch), share(b.mismatch)))))
     return rows

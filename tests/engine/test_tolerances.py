@@ -34,3 +34,11 @@ def test_the_verdict_holds_float32_tighter_than_gradcheck_can():
     assert ours.atol < theirs.atol and ours.rtol < theirs.rtol
     assert default_tolerances(torch.float64) == gradcheck_tolerances(torch.float64)
     assert default_tolerances(torch.float32, atol=0.5).atol == 0.5
+
+
+def test_round_up_never_rounds_a_suggested_tolerance_down():
+    from gradient_lab.engine.tolerances import round_up
+
+    assert round_up(0.0031000000000000003) == 0.0031 and round_up(3.21e-3) == 0.0033 and round_up(1.2e-7) == 1.2e-7
+    assert round_up(4.4e-15, digits=1) == 5e-15 and round_up(2e-15, digits=1) == 2e-15
+    assert round_up(0.0) == 0.0 and round_up(float("inf")) == float("inf")
