@@ -31,9 +31,9 @@ import numpy as np
 import torch
 
 from .evaluate import backward_products, numerical_gradient
-from .judge import JacobianVerdict, compare_entries, truth_label, truth_scale
+from .finding import Evidence, Finding
+from .judge import JacobianVerdict, compare_entries, truth_scale
 from .report import ConditionResult, Conditions, Failure
-from .signature import name_element
 from .tolerances import Tolerances
 
 Tensor = torch.Tensor
@@ -264,11 +264,12 @@ def _judge_backward(condition: _Backward, truths: _Truths) -> ConditionResult:
             judged = compare_entries(mine, {truth_name: truth}, tolerances, scale=scale)
             if judged.failed:
                 flat = int(np.argmax(judged.excess))
-                at = name_element(p.names[i], mine.shape, flat)
-                index = np.unravel_index(flat, mine.shape)
-                return result("fail", worst=at, finding=(
-                    f"the gradient at {at} for a random upstream is {mine[index]:.6g} by the formula's backward, "
-                    f"{truth[index]:.6g} by the {truth_label(truth_name, p.role)} truth, and {before[index]:.6g} without the condition"))
+                shape = tuple(mine.shape)
+                found = Finding("condition", p.names[i], shape, flat, float(mine.reshape(-1)[flat]), float(truth.reshape(-1)[flat]),
+                                truth_name, p.role, upstream=u.detach().double().cpu().reshape(-1).numpy(), tolerances=tolerances,
+                                scale=scale, plain=float(before.reshape(-1)[flat]),
+                                evidence=(Evidence.of_product(p.names[i], shape, mine, truth, judged.excess > 0, scale),))
+                return result("fail", worst=found.at, finding=found.describe(), found=found)
     if same and not truths.jacobian.passed:  # it changes nothing: the plain verdict's failure stands, and is said there
         return result("as plain", finding="the same gradient as without the condition")
     return result("pass")  # the same right gradient, or another one the truth holds right
@@ -341,7 +342,7 @@ def _from_report(name: str, group: str, label: str, report) -> ConditionResult:
     if failure is not None and failure.stage == "reference":
         return ConditionResult(name, group, label, "not applicable", finding=f"the reference raises there ({failure.kind})")
     failure = replace(failure, when=name) if failure is not None else None
-    return ConditionResult(name, group, label, "fail", finding=verdict.text, failure=failure)
+    return ConditionResult(name, group, label, "fail", finding=verdict.text, failure=failure, found=verdict.found)
 
 
 def _empty(problem, given, batch: int) -> ConditionResult:

@@ -46,6 +46,7 @@ from .evaluate import (
     vector_jacobian_products,
     with_values,
 )
+from .finding import NOISE_FACTOR, TRUTH_WORDS, Evidence, Finding, tolerances_text, truth_label  # noqa: F401 - the judge's words
 from .planning import DifferencePlan, row_colors
 from .signature import name_element
 from .tolerances import Tolerances
@@ -55,10 +56,7 @@ Tensor = torch.Tensor
 PROBES = 2
 TRUTHS = ("reference", "numerical")
 ROLES = ("reference", "surrogate")  # what the reference is to the verdict: a truth beside finite differences, or the only one
-TRUTH_WORDS = {"reference": "autograd through the reference", "surrogate": "autograd through the declared surrogate",
-               "numerical": "finite differences"}
 NONE = np.zeros(0, dtype=np.int64)  # no elements
-NOISE_FACTOR = 4  # an entry fails against finite differences only beyond this many times their own error estimate
 # a reference whose J·d misses the differences along random directions d by more than this part of
 # their size is the gradient of another function, not a truth; closer, it is one (the differences
 # carry rounding in float32, and miss at a kink)
@@ -170,7 +168,7 @@ class OffPattern:
 @dataclass(frozen=True)
 class JacobianVerdict:
     passed: bool
-    finding: str  # the worst entry or probe out of tolerance, in words; "" when it passed
+    found: Finding | None  # the worst entry or probe out of tolerance, as facts; None when it passed
     coverage: Coverage
     entries: tuple[InputEntries, ...]
     probes: tuple[Probe, ...]
@@ -186,6 +184,11 @@ class JacobianVerdict:
     @property
     def outcome(self) -> str:
         return "no verdict" if self.coverage.empty else "pass" if self.passed else "fail"
+
+    @property
+    def finding(self) -> str:
+        """The finding in words; "" when it passed."""
+        return self.found.describe() if self.found is not None else ""
 
     @property
     def summary(self) -> str:
@@ -397,13 +400,14 @@ def check_jacobian(
         scales = [None] * len(inputs)
     probes_judged = [[compare_entries(p.products["analytic"][i], _probe_truths(p, i), tolerances, probe_noise(k, i), scales[i])
                       for i in range(len(inputs))] for k, p in enumerate(probe_list)]
-    finding = _worst_entry(entries, judged, output_element, tolerances, role) or _not_zero(zero, names, inputs, patterns, skip)
+    finding = (_worst_entry(entries, judged, output_element, tolerances, role, scales)
+               or _not_zero(zero, names, inputs, patterns, skip, scales, tolerances))
     linear, located = True, None
     outside = None if finding else _off_pattern(entries, probe_list, tolerances, scales)
     if outside is not None:  # more than the entries account for: not linear, or entries where the truth has none
         linear = _backward(_linear, function, inputs, upstreams, tolerances)
         located = _backward(_locate, function, inputs, entries, probe_list, *outside[:2], shape) if linear else None
-        finding = _off_pattern_words(outside, linear, located, output_element, role)
+        finding = _off_pattern_finding(outside, linear, located, output_element, role, probe_list, tolerances)
     finding = finding or _worst_probe(probe_list, probes_judged, names, inputs, tolerances, scales, role)
     structural = sum(r.size for r, _ in patterns)
     excluded, where = _excluded(entries, judged, output_element)
@@ -425,7 +429,7 @@ def check_jacobian(
         role=role,
         unreproduced=tuple(name for name, ok in zip(names, trusted) if reference is not None and not ok),
     )
-    return JacobianVerdict(finding is None and not coverage.empty, finding or "", coverage, tuple(entries), probe_list,
+    return JacobianVerdict(finding is None and not coverage.empty, finding, coverage, tuple(entries), probe_list,
                            tuple(zero), shape, tuple(forgiven["noise"].get(i, NONE) for i in range(len(inputs))), tuple(kink_elements),
                            tuple(scales), linear, located, follows_foreign)
 
@@ -443,11 +447,12 @@ def _entries(names, inputs, patterns, truths: list[dict[str, np.ndarray]], analy
     return result
 
 
-def _not_zero(gradients: Sequence[np.ndarray], names, inputs, patterns, skip: np.ndarray) -> str | None:
+def _not_zero(gradients: Sequence[np.ndarray], names, inputs, patterns, skip: np.ndarray, scales: Sequence[float | None] = (),
+              tolerances: Tolerances | None = None) -> Finding | None:
     """A backward must give exactly 0 for a zero upstream gradient, as gradcheck requires: an
     added term, or a gradient not multiplied by grad_output, shows here even when it is small.
     Elements that feed an output that is not finite are left out (0·NaN is NaN)."""
-    for name, x, gradient, (rows, cols) in zip(names, inputs, gradients, patterns):
+    for i, (name, x, gradient, (rows, cols)) in enumerate(zip(names, inputs, gradients, patterns)):
         wrong = gradient != 0
         if skip.size:
             undefined = np.zeros(gradient.size, dtype=bool)
@@ -455,8 +460,10 @@ def _not_zero(gradients: Sequence[np.ndarray], names, inputs, patterns, skip: np
             wrong &= ~undefined
         if wrong.any():
             k = int(np.argmax(np.where(wrong, np.nan_to_num(np.abs(gradient), nan=np.inf), -1.0)))
-            return (f"for a zero upstream gradient the formula's backward returns {gradient[k]:.6g} at {name_element(name, tuple(x.shape), k)} "
-                    "instead of 0: it is not multiplied by grad_output (an added term, or a gradient computed without it)")
+            scale = scales[i] if i < len(scales) and scales[i] is not None else 1.0
+            evidence = Evidence.of_product(name, tuple(x.shape), gradient, np.zeros(gradient.size), wrong, scale)
+            return Finding("zero upstream", name, tuple(x.shape), k, float(gradient[k]), 0.0, upstream=np.zeros(0), tolerances=tolerances,
+                           scale=scale, evidence=(evidence,))
     return None
 
 
@@ -492,7 +499,9 @@ def _off_pattern(entries: Sequence[InputEntries], probes: Sequence[Probe], toler
             if excess.size and excess.max() > 0:
                 k = int(np.argmax(excess))
                 if worst is None or excess[k] > worst[0]:
-                    worst = (excess[k], number, i, e.name, e.shape, k, outside[k], atol)
+                    truth = next(iter(truths.values())) if truths else on_pattern  # where no truth is finite: the entries' part
+                    worst = (excess[k], number, i, e.name, e.shape, k, outside[k], atol, excess > 0, truth,
+                             scales[i] if scales[i] is not None else 1.0)
     return None if worst is None else worst[1:]
 
 
@@ -572,21 +581,19 @@ def _on_pattern(e: InputEntries, upstream: np.ndarray, n: int) -> np.ndarray:
     return np.bincount(e.cols, weights=np.nan_to_num(upstream.reshape(-1)[e.rows] * e.values["analytic"]), minlength=n)
 
 
-def _off_pattern_words(outside: tuple, linear: bool, located: OffPattern | None, output_element: Callable[[int], str],
-                       role: str = "reference") -> str:
-    number, _, name, shape, k, amount, atol = outside
-    at = name_element(name, shape, k)
+def _off_pattern_finding(outside: tuple, linear: bool, located: OffPattern | None, output_element: Callable[[int], str],
+                         role: str, probes: Sequence[Probe], tolerances: Tolerances) -> Finding:
+    number, i, name, shape, k, amount, atol, wrong, truth, scale = outside
+    formula = probes[number - 1].products["analytic"][i]
+    evidence = (Evidence.of_product(name, shape, formula, truth, wrong, scale),)
+    common = dict(role=role, probe=number, upstream=probes[number - 1].upstream, tolerances=tolerances, scale=scale, amount=float(amount),
+                  allowed=float(atol), evidence=evidence)
     if not linear:
-        return (f"for random upstream gradients u₁ and u₂ the formula's backward b gives b(u₁ + u₂) ≠ b(u₁) + b(u₂), which no "
-                f"vector-Jacobian product does (for random upstream gradient {number}, at {at}, it gives {amount:.6g} more than its "
-                f"own Jacobian entries account for; allowed {atol:.3g})")
+        return Finding("not linear", name, shape, k, float(formula[k]), float(truth[k]), **common)
     if located is not None:
-        return (f"the Jacobian entry ∂{output_element(located.row)} / ∂{name_element(located.input, located.shape, located.col)} is "
-                f"{located.value:.6g} by the formula's backward, "
-                + ("where the declared surrogate's Jacobian is zero (the intended gradient has no entry there)" if role == "surrogate" else
-                   "where the true Jacobian is zero (outside its pattern: the output does not depend on that input element here)"))
-    return (f"for random upstream gradient {number}, the formula's backward gives {at} {amount:.6g} more than its own Jacobian entries "
-            f"account for: it mixes grad_output across outputs, or has entries where the true Jacobian is zero (allowed {atol:.3g})")
+        return Finding("off pattern", located.input, located.shape, located.col, float(located.value), 0.0,
+                       output=output_element(located.row), **common)
+    return Finding("off pattern", name, shape, k, float(formula[k]), float(truth[k]), **common)
 
 
 def _forgive(product: np.ndarray, elements: np.ndarray | None) -> np.ndarray:
@@ -683,7 +690,7 @@ def _entry_name(e: InputEntries, k: int, output_element: Callable[[int], str]) -
 
 
 def _worst_entry(entries: Sequence[InputEntries], judged, output_element: Callable[[int], str], tolerances: Tolerances,
-                 role: str = "reference") -> str | None:
+                 role: str = "reference", scales: Sequence[float | None] = ()) -> Finding | None:
     worst = None
     for e, judgement in zip(entries, judged):
         if judgement.failed:
@@ -693,45 +700,47 @@ def _worst_entry(entries: Sequence[InputEntries], judged, output_element: Callab
     if worst is None:
         return None
     _, e, k, against = worst
-    where = _entry_name(e, k, output_element)
-    return (f"the Jacobian entry {where} is {_value(e.values['analytic'][k])} by the formula's backward, "
-            f"{e.values[against][k]:.6g} by the {truth_label(against, role)} truth "
-            f"(allowed {tolerances_text(tolerances, against, truth_scale(_truths(e.values)), role)})")
+    evidence = tuple(_entries_evidence(entry, judgement, against, scale) for entry, judgement, scale
+                     in zip(entries, judged, scales or [None] * len(entries)))
+    return Finding("entry", e.name, e.shape, int(e.cols[k]), float(e.values["analytic"][k]), float(e.values[against][k]), against, role,
+                   output=output_element(int(e.rows[k])), tolerances=tolerances, scale=truth_scale(_truths(e.values)), evidence=evidence)
 
 
-def _value(a: float) -> str:
-    return f"{a:.6g}" if np.isfinite(a) else f"not finite ({a})"
+def _entries_evidence(e: InputEntries, judgement: Judgement, against: str, scale: float | None) -> Evidence:
+    """One input's entries as the verdict compared them, against the truth that judged it (the
+    reference where it was one)."""
+    truths = _truths(e.values)
+    source = judgement.against or (against if against in truths else next(iter(truths), "analytic"))
+    truth = e.values.get(source, e.values["analytic"])
+    return Evidence(e.name, e.shape, e.cols, e.values["analytic"], truth, judgement.excess > 0,
+                    scale if scale is not None else truth_scale(truths))
 
 
 def _worst_probe(probes: Sequence[Probe], judged, names, inputs, tolerances: Tolerances, scales: Sequence[float | None],
-                 role: str = "reference") -> str | None:
+                 role: str = "reference") -> Finding | None:
     worst = None
     for number, (probe, per_input) in enumerate(zip(probes, judged), 1):
-        for i, (name, judgement) in enumerate(zip(names, per_input)):
-            analytic, excess, against = probe.products["analytic"][i], judgement.excess, judgement.against
+        for i, judgement in enumerate(per_input):
+            excess, against = judgement.excess, judgement.against
             if against is not None:
                 k = int(np.argmax(excess))
                 if worst is None or excess[k] > worst[0]:
-                    worst = (excess[k], number, name, tuple(inputs[i].shape), k, analytic[k], probe.products[against][i][k], against,
+                    worst = (excess[k], number, i, k, against,
                              scales[i] if scales[i] is not None else truth_scale(_probe_truths(probe, i)))
     if worst is None:
         return None
-    _, number, name, shape, k, a, b, against, scale = worst
-    return (f"for random upstream gradient {number}, uᵀJ at {name_element(name, shape, k)} is {_value(a)} by the formula's "
-            f"backward, {b:.6g} by the {truth_label(against, role)} truth: the backward uses grad_output wrongly, or misses entries "
-            f"(allowed {tolerances_text(tolerances, against, scale, role)})")
-
-
-def truth_label(against: str, role: str = "reference") -> str:
-    """A truth's name in a finding: the reference's is its role (``ROLES``)."""
-    return role if against == "reference" else against
-
-
-def tolerances_text(tolerances: Tolerances, against: str, scale: float = 1.0, role: str = "reference") -> str:
-    """The tolerance in words; atol is in units of the truth's largest |value| (``truth_scale``)."""
-    atol = f"{tolerances.atol:g}" if scale == 1.0 else f"{tolerances.atol:g}×{scale:.3g} (its largest |value|)"
-    own_error = f", and {NOISE_FACTOR}× the differences' own error" if against == "numerical" else ""
-    return f"{atol} + {tolerances.rtol:g}·|{truth_label(against, role)}|{own_error}"
+    _, number, i, k, against, scale = worst
+    probe = probes[number - 1]
+    evidence = []
+    for j, (name, judgement) in enumerate(zip(names, judged[number - 1])):
+        truths = _probe_truths(probe, j)
+        source = judgement.against or (against if against in truths else next(iter(truths), None))
+        if source is not None:
+            evidence.append(Evidence.of_product(name, tuple(inputs[j].shape), probe.products["analytic"][j], truths[source],
+                                                judgement.excess > 0, scales[j] if scales[j] is not None else truth_scale(truths)))
+    return Finding("probe", names[i], tuple(inputs[i].shape), k, float(probe.products["analytic"][i][k]),
+                   float(probe.products[against][i][k]), against, role, probe=number, upstream=probe.upstream, tolerances=tolerances,
+                   scale=scale, evidence=tuple(evidence))
 
 
 def _excluded(entries: Sequence[InputEntries], judged, output_element: Callable[[int], str]) -> tuple[int, tuple[str, ...]]:

@@ -37,7 +37,9 @@ import torch
 
 from .. import progress
 from .evaluate import as_float64, backward_products, numerical_gradient
-from .judge import compare_entries, truth_label, truth_scale
+from .finding import truth_label
+from .judge import compare_entries, truth_scale
+from .planning import plan
 from .report import Failure, OpcheckTest, Parity, ParityCell
 from .signature import function_class, name_element
 from .tolerances import Tolerances
@@ -702,7 +704,6 @@ def check_parity(problem, tolerances: Tolerances, jacobian, plans, *, which: str
     start = time.perf_counter()
     with _LOCK, _quiet():
         if plans is None:  # a truth by finite differences needs the plan the verdict made
-            from .pipeline import plan
 
             plans = plan(problem, tolerances, budget_bytes=budget_bytes)
         truth = _Truth(problem, tolerances, jacobian, plans, seed, budget_bytes)

@@ -15,24 +15,22 @@ from typing import Any, Callable, Hashable, Sequence
 import numpy as np
 import torch
 
-from .conditions import check_conditions
-from .parity import check_parity
-from .determinism import check_batch_invariance, check_determinism
-from .provenance import trace_non_finite
-from .precision import DRAWS, RATIO, check_precision, is_low, judge_values, upcast
 from .diagnosis import confirm, diagnose, diagnose_failure
-from .evaluate import (DEFAULT_BUDGET_BYTES, as_float64, backward_products, numerical_entries, numerical_gradient, numerical_jacobian,
-                       product_noise, summed_gradients, with_values)
-from .judge import JacobianVerdict, check_jacobian, resolution_unit, compare_entries, tolerances_text, truth_label, truth_scale
-from .planning import DifferencePlan, plan_differences
-from .report import PAIRS, Conditions, Failure, GradientReport, InputComparison, Verdict, error_map, non_finite
-from .signature import Signature, name_element, read_signature
-from .second_order import check_second_order
+from .evaluate import (as_float64, backward_products, numerical_entries, numerical_gradient, numerical_jacobian, product_noise,
+                       summed_gradients, with_values)
+from .finding import Evidence, Finding, tolerances_text
+from .judge import JacobianVerdict, check_jacobian, compare_entries, resolution_unit, truth_scale
+from .options import DEFAULT_JACOBIAN_LIMIT, CheckOptions
+from .planning import DifferencePlan, plan
+from .precision import is_low, judge_values, upcast
+from .report import PAIRS, Failure, GradientReport, InputComparison, Verdict, error_map, non_finite
+from .signature import Signature, read_signature
+from .stages import STAGES, FirstOrder
 from .tolerances import Tolerances, default_tolerances
 from ..errors import FormulaError, LabError
 
 Tensor = torch.Tensor
-DEFAULT_JACOBIAN_LIMIT = 64 * 64  # entries of one input's Jacobian worth drawing as a heatmap
+__all__ = ["DEFAULT_JACOBIAN_LIMIT", "CheckOptions", "Problem", "check", "compare_gradients", "plan", "problem"]
 
 
 # ---- the engine ------------------------------------------------------------------------------------
@@ -73,7 +71,7 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 def _drawn_gradient_finding(comparisons: Sequence[InputComparison], tolerances: Tolerances, trusted: Sequence[bool],
                             second_looked: Sequence[np.ndarray] = (), noises: Sequence[np.ndarray | None] = (),
-                            scales: Sequence[float | None] = (), role: str = "reference") -> str | None:
+                            scales: Sequence[float | None] = (), role: str = "reference") -> Finding | None:
     """The drawn gradients (one vector-Jacobian product, for the chosen upstream) against the
     truth: a backward may treat this one upstream specially, so it is checked as it is drawn.
     ``trusted``: per input, whether the reference is a truth there (with ``role="surrogate"``, the
@@ -95,10 +93,10 @@ def _drawn_gradient_finding(comparisons: Sequence[InputComparison], tolerances: 
         excess, against = judgement.excess, judgement.against
         if excess.size and excess.max() > 0:
             flat = int(np.argmax(excess))
-            index, at = np.unravel_index(flat, excess.shape), name_element(c.name, excess.shape, flat)
-            return (f"the drawn gradient at {at} is {c.gradients['analytic'][index]:.6g} by the formula's backward, "
-                    f"{c.gradients[against][index]:.6g} by the {truth_label(against, role)} truth "
-                    f"({tolerances_text(tolerances, against, scale, role)})")
+            analytic, truth = c.gradients["analytic"].reshape(-1), c.gradients[against].reshape(-1)
+            shape = tuple(c.gradients["analytic"].shape)
+            return Finding("drawn", c.name, shape, flat, float(analytic[flat]), float(truth[flat]), against, role, tolerances=tolerances,
+                           scale=scale, evidence=(Evidence.of_product(c.name, shape, analytic, truths[against], excess > 0, scale),))
     return None
 
 
@@ -139,34 +137,21 @@ def _second_point(problem: Problem, plans: Sequence[DifferencePlan], trusted: Se
     return wrong_at
 
 
-def _verdict(jacobian: JacobianVerdict | None, drawn_finding: str | None, failure: Failure | None, diagnosis=None,
-             forward: str = "", conditions: Conditions | None = None) -> Verdict:
-    """Never "passes" without saying what it covered, conditions included; a failure leads with
-    its diagnosis, and one under a condition alone with the condition."""
-    plain = _plain_verdict(jacobian, drawn_finding, failure, diagnosis, forward)
-    if conditions is None or not plain.passed:
-        return plain
-    if conditions.failed:  # a crash first: the one a user meets first
-        first = next((r for r in conditions.failed if r.failure is not None), conditions.failed[0])
-        return Verdict("fail", plain.coverage, first.finding, failure=first.failure, condition=first.name)
-    return replace(plain, conditions=conditions.describe())
-
-
-def _plain_verdict(jacobian: JacobianVerdict | None, drawn_finding: str | None, failure: Failure | None, diagnosis=None,
-                   forward: str = "") -> Verdict:
+def _plain_verdict(first: FirstOrder, diagnosis=None) -> Verdict:
     """Never "passes" without saying what it covered; a failure leads with its diagnosis; a
     forward that differs from its reference fails, whatever its backward does against itself."""
     why = diagnosis.words if diagnosis is not None and diagnosis.findings else ""
-    if failure is not None:
-        return Verdict("fail", why=why, failure=failure)
+    jacobian, drawn = first.jacobian, first.drawn
+    if first.failure is not None:
+        return Verdict("fail", why=why, failure=first.failure)
     coverage = jacobian.coverage.describe()
-    if forward:
-        finding = jacobian.finding or drawn_finding or ""
-        return Verdict("fail", coverage, finding, why if finding else "", forward=forward)
+    if first.forward:
+        found = jacobian.found or drawn
+        return Verdict("fail", coverage, found.describe() if found else "", why if found else "", forward=first.forward, found=found)
     if jacobian.outcome != "pass":
-        return Verdict(jacobian.outcome, coverage, jacobian.finding, why if jacobian.outcome == "fail" else "")
-    if drawn_finding:
-        return Verdict("fail", coverage, drawn_finding)
+        return Verdict(jacobian.outcome, coverage, jacobian.finding, why if jacobian.outcome == "fail" else "", found=jacobian.found)
+    if drawn is not None:
+        return Verdict("fail", coverage, drawn.describe(), found=drawn)
     return Verdict("pass", coverage)
 
 
@@ -328,22 +313,6 @@ def _comparison(name, x, index, grads, plan, run, reference, inputs, n_outputs, 
     )
 
 
-def plan(problem: Problem, tolerances: Tolerances, *, budget_bytes: int = DEFAULT_BUDGET_BYTES,
-         work_limit: float = math.inf) -> list[DifferencePlan]:
-    """The plan stage: how each differentiable input is perturbed (its pattern, colours and cost),
-    for the guards to read before anything is evaluated and for ``check`` to run as it is."""
-    return plan_differences(problem.function, problem.reference, problem.inputs, tolerances.step, budget_bytes=budget_bytes,
-                            structure_key=problem.structure_key, work_limit=work_limit, atol=tolerances.atol, rtol=tolerances.rtol)
-
-
-def _failed(problem: Problem, tolerances: Tolerances, failure: Failure, dtype: str, device: str) -> GradientReport:
-    """A report of a problem whose forward raised before any stage could run: a failed verdict
-    that names the exception as the code under test's."""
-    return GradientReport(family="", formula=problem.formula, dtype=dtype, device=device, tolerances=tolerances, loss=math.nan,
-                          forward_max_error=math.nan, inputs=(), cosine=math.nan, verdict=Verdict("fail", failure=failure),
-                          evaluations=0, failure=failure, signature=problem.signature)
-
-
 @dataclass(frozen=True)
 class Evaluation:
     """The evaluate stage's results, each computed once: the outputs, the upstream the maps draw,
@@ -399,135 +368,166 @@ def _maps(problem: Problem, e: Evaluation, jacobian: JacobianVerdict | None, tol
     return comparisons
 
 
-def check(
-    problem: Problem,
-    *,
-    family: str = "",
-    plans: Sequence[DifferencePlan] | None = None,
-    grad_output: Tensor | None = None,
-    upstream: str = "loss",
-    seed: int = 0,
-    step: float | None = None,
-    atol: float | None = None,
-    rtol: float | None = None,
-    jacobian_limit: int = DEFAULT_JACOBIAN_LIMIT,
-    budget_bytes: int = DEFAULT_BUDGET_BYTES,
-    work_limit: float = math.inf,
-    order: int = 2,
-    conditions: str = "default",
-    unit: float = 0.0,
-    diagnose_it: bool = True,
-    parity: str | Sequence[str] | None = None,
-    ratio: float = RATIO,
-    draws: int = DRAWS,
-    determinism: int | None = None,
-    batch_invariant: bool = True,
-    provenance: str = "auto",
-) -> GradientReport:
-    """Analytic vs reference vs numerical, stage by stage: plan (unless ``plans`` are given, as the
-    guard made them) and evaluate, judge the whole Jacobian (``judge``), the drawn gradient for
-    one upstream and the second order, diagnose, report.
+def check(problem: Problem, options: CheckOptions | None = None, /, *, family: str = "", plans: Sequence[DifferencePlan] | None = None,
+          grad_output: Tensor | None = None, **overrides: Any) -> GradientReport:
+    """The specification, read top to bottom: the first-order verdict against the truth (plan
+    unless the guard's ``plans`` are given, evaluate, judge the whole Jacobian and the drawn
+    gradient), then each stage that applies (``stages.STAGES``: second order, conditions, parity,
+    precision, provenance, determinism, does it train), the diagnosis, the verdict with the
+    stages that decide it folded in, and the report.
 
-    The drawn upstream is ``grad_output`` if given, else ``upstream`` (see ``choose_upstream``).
-    The code under test raising in forward or backward is reported, not raised. Finite
-    differences that would take more than ``work_limit`` element evaluations are refused
-    (LabError) after planning, before they run. ``order=1``: the formula is meant to be
-    differentiated once, and the second order is not checked (it says so). ``conditions``
-    (``conditions.CONDITION_SETS``): the verdict again under each condition (requires_grad
-    subsets, grad_output and input layouts, aliasing, sizes, ties), "none" for the plain one alone.
-    ``unit``: a floor under atol's unit (``Tolerances.unit``); ``diagnose_it=False``: no diagnosis
-    (a condition's check where the plain verdict already has one). ``parity`` (``parity.PARITY_SETS``
-    or path keys): the gradient again under each way of running it (compile, torch.func, double
-    backward); None: not run (it compiles: seconds, not milliseconds).
+    ``options`` (``CheckOptions``), or any of its fields as keywords. The drawn upstream is
+    ``grad_output`` if given, else ``options.upstream`` (see ``choose_upstream``). The code under
+    test raising is reported, not raised; finite differences beyond ``options.work_limit`` element
+    evaluations are refused (LabError) after planning, before they run. Below float64
+    (``precision.LOW_PRECISION``) the first order is judged in float64 on the dtype's values upcast,
+    and the precision stage judges the dtype."""
+    options = CheckOptions.of(options, **overrides)
+    first = first_order(problem, options, plans, grad_output)
+    results: dict[str, Any] = {}
+    for stage in STAGES:
+        if stage.applies(first, options, results):
+            result = stage.run(first, options, results)
+            if result is not None:
+                results[stage.name] = result
+    diagnosis = _diagnosis(first, results, options)
+    verdict = _plain_verdict(first, diagnosis)
+    for stage in STAGES:  # the stages whose failure is the verdict's
+        if stage.name in results and hasattr(stage, "fold"):
+            verdict = stage.fold(verdict, results[stage.name], first)
+    return _report(first, verdict, diagnosis, results, family, options, given=grad_output is not None)
 
-    Below float64 (``precision.LOW_PRECISION``) the verdict is the one above in float64 on the
-    dtype's values upcast, and the precision verdict (``precision.check_precision``): the formula's
-    error in the dtype at most ``ratio``× the reference's in the dtype, plus a noise floor, with
-    tolerances fitted to ``draws`` fresh draws.
-    """
-    inputs, names = problem.inputs, problem.names
-    dtype = next((x.dtype for x in inputs), torch.float64)
-    if is_low(dtype) and problem.failure is None:
-        return _in_low_precision(problem, dict(family=family, plans=plans, grad_output=grad_output, upstream=upstream, seed=seed, step=step,
-                                               atol=atol, rtol=rtol, jacobian_limit=jacobian_limit, budget_bytes=budget_bytes,
-                                               work_limit=work_limit, order=order, conditions=conditions, unit=unit,
-                                               diagnose_it=diagnose_it, parity=parity), ratio, draws, determinism, batch_invariant)
-    device, dtype_name = str(inputs[0].device) if inputs else "cpu", str(dtype).removeprefix("torch.")
-    tolerances = replace(default_tolerances(dtype, step=step, atol=atol, rtol=rtol), unit=unit)
-    outputs, forward, forward_error = None if problem.failure else _outputs(problem), "", math.nan
+
+def first_order(problem: Problem, options: CheckOptions, plans: Sequence[DifferencePlan] | None = None,
+                grad_output: Tensor | None = None) -> FirstOrder:
+    """The truth and the first-order verdict: the forward against the truth's, plan and evaluate,
+    the whole Jacobian (``judge``), the maps and the drawn gradient. Below float64, on the values
+    upcast, for the upstream drawn in the dtype."""
+    dtype = next((x.dtype for x in problem.inputs), torch.float64)
+    low = is_low(dtype) and problem.failure is None
+    exact = exact_problem(problem) if low else problem
+    upstream = _low_upstream(problem, grad_output, options) if low else grad_output
+    grad_output = upstream.double() if low and upstream is not None else grad_output
+    tolerances = replace(default_tolerances(torch.float64 if low else dtype, step=options.step, atol=options.atol, rtol=options.rtol),
+                         unit=options.unit)
+    checked, outputs, forward, forward_error = exact, None if exact.failure else _outputs(exact), "", math.nan
     if outputs and outputs[0] is not None and outputs[1] is not None:  # the truth's forward must be the formula's
-        forward = forward_difference(outputs[1], outputs[0], tolerances, problem.output_element, problem.role)
+        forward = forward_difference(outputs[1], outputs[0], tolerances, exact.output_element, exact.role)
         forward_error = _forward_error(outputs[1], outputs[0]) if outputs[0].shape == outputs[1].shape else math.inf
         if forward:  # then its gradient is no truth for this backward
-            problem, outputs = replace(problem, reference=None, role="reference"), (None, *outputs[1:])
+            checked, outputs = replace(exact, reference=None, role="reference"), (None, *outputs[1:])
     if outputs and (outputs[0] if outputs[0] is not None else outputs[1]) is not None:  # entries below the output's rounding are rounding
-        tolerances = replace(tolerances, unit=max(unit, resolution_unit(outputs[0] if outputs[0] is not None else outputs[1], inputs)))
-    e = problem.failure or evaluate(problem, tolerances, plans, grad_output, upstream, seed, budget_bytes, work_limit, outputs)
+        output = outputs[0] if outputs[0] is not None else outputs[1]
+        tolerances = replace(tolerances, unit=max(options.unit, resolution_unit(output, exact.inputs)))
+    e = exact.failure or evaluate(checked, tolerances, plans, grad_output, options.upstream, options.seed, options.budget_bytes,
+                                  options.work_limit, outputs)
+    common = dict(problem=problem, exact=exact, checked=checked, tolerances=tolerances, outputs=outputs or (), forward=forward,
+                  forward_error=forward_error, upstream=upstream, judge=check)
     if isinstance(e, Failure):
-        return replace(_failed(problem, tolerances, e, dtype_name, device), family=family)
-    run, reference = problem.function, problem.reference
-    jacobian = second = None
+        return FirstOrder(**common, evaluation=None, jacobian=None, comparisons=(), drawn=None, raised=e)
+    jacobian = None
     if e.failure is None:  # judge
         try:
-            jacobian = check_jacobian(run, reference, inputs, names, e.plans, tolerances, seed=seed, budget_bytes=budget_bytes,
-                                      work_limit=work_limit, output_element=problem.output_element, role=problem.role)
+            jacobian = check_jacobian(checked.function, checked.reference, checked.inputs, checked.names, e.plans, tolerances, seed=options.seed,
+                                      budget_bytes=options.budget_bytes, work_limit=options.work_limit,
+                                      output_element=checked.output_element, role=checked.role)
         except FormulaError as error:  # its backward raised for another upstream, or when called again on the graph
             again = any(sign in str(error) for sign in ("modified by an inplace operation", "backward through the graph a second time"))
             e = replace(e, failure=Failure.of("backward", error, when=REPEATED if again else "given other upstream gradients"))
-    if e.failure is None:
-        # the reference is the second order's truth only where it is the first order's
-        second = check_second_order(run, None if jacobian.coverage.unreproduced else reference, inputs, problem.loss, tolerances,
-                                    first_order_passed=jacobian.passed, seed=seed, names=names, declared_order=order, role=problem.role)
-    found = None
-    if e.failure is None:  # the same verdict under each condition, on the same truth and tolerances
-        unit = max((s for s in jacobian.scales if s is not None), default=0.0)  # the plain case's, where a changed one vanishes
+    comparisons = _maps(checked, e, jacobian, tolerances, options.jacobian_limit, options.budget_bytes)
+    trusted = [jacobian is not None and jacobian.coverage.judged_by_reference(name) for name in checked.names]
+    drawn = None if e.failure else _drawn_gradient_finding(
+        comparisons, tolerances, trusted, jacobian.second_looked,
+        [_gradient_noise(checked.function, checked.inputs, p, e.upstream, options.budget_bytes) for p in e.plans], jacobian.scales, checked.role)
+    redrawn = False
+    if jacobian is not None and not jacobian.passed and drawn is None and grad_output is None and not low:
+        # the drawn upstream hides the failure (a backward that ignores grad_output is right for ones):
+        # the maps show the upstream that exposed it
+        again = _redrawn(checked, e, jacobian, options)
+        if again is not None:
+            e, redrawn = again, True
+            comparisons = _maps(checked, e, jacobian, tolerances, options.jacobian_limit, options.budget_bytes)
+    if low and upstream is not None and e.failure is None:  # the maps draw the formula's gradient as it runs, in the dtype
+        comparisons = _low_analytic(problem, comparisons, upstream)
+    return FirstOrder(**common, evaluation=e, jacobian=jacobian, comparisons=tuple(comparisons), drawn=drawn, redrawn=redrawn)
 
-        def judge_point(changed: Problem) -> GradientReport:  # a failing plain verdict has its diagnosis already
-            return check(changed, family=family, seed=seed, step=step, atol=atol, rtol=rtol, jacobian_limit=0, budget_bytes=budget_bytes,
-                         work_limit=work_limit, order=1, conditions="none", unit=unit, diagnose_it=jacobian.passed)
 
-        found = check_conditions(problem, tolerances, jacobian, e.plans, judge_point, which=conditions, seed=seed, budget_bytes=budget_bytes)
-    grid = None
-    if e.failure is None and parity is not None:  # the same truth and tolerances, under each way of running it
-        grid = check_parity(problem, tolerances, jacobian, e.plans, which=parity, seed=seed, budget_bytes=budget_bytes, order=order)
-    comparisons = _maps(problem, e, jacobian, tolerances, jacobian_limit, budget_bytes)
-    trusted = [jacobian is not None and jacobian.coverage.judged_by_reference(name) for name in names]
-    drawn = None if e.failure else _drawn_gradient_finding(comparisons, tolerances, trusted, jacobian.second_looked,
-                                                           [_gradient_noise(run, inputs, p, e.upstream, budget_bytes) for p in e.plans],
-                                                           jacobian.scales, problem.role)
-    traced = None  # where a value the truth has finite was born non-finite: only then is it traced
-    if e.failure is None and provenance != "never" and _non_finite_where_truth_is_finite(comparisons, outputs, second,
-                                                                                       anywhere=provenance == "always"):
-        traced = trace_non_finite(run, inputs, e.upstream, order=order, seed=seed)
-    diagnosis = diagnose_failure(e.failure, inputs) if e.failure is not None else None  # diagnose
-    if jacobian is not None and diagnose_it:
-        second_wrong = second is not None and second.failed
-        summed = summed_gradients(run, inputs) if not jacobian.passed else []
-        diagnosis = diagnose(jacobian, [as_float64(x, x) for x in inputs], tolerances, second_order_wrong=second_wrong, summed=summed)
-        diagnosis = confirm(diagnosis, _second_point(problem, e.plans, trusted, tolerances, seed, budget_bytes))
-    return GradientReport(  # report
+def _low_upstream(problem: Problem, grad_output: Tensor | None, options: CheckOptions) -> Tensor | None:
+    """The upstream the maps draw, in the dtype as the formula gets it (the truth gets it upcast);
+    None where the code under test raises in the dtype (the precision stage's to report)."""
+    dtype = problem.inputs[0].dtype
+    try:
+        with torch.no_grad():
+            output = (problem.reference or problem.function)(*problem.inputs)
+        return grad_output.to(dtype) if grad_output is not None else choose_upstream(options.upstream, problem.loss, output, options.seed).to(dtype)
+    except Exception:  # noqa: BLE001 - the code under test raising in the dtype
+        return None
+
+
+def _redrawn(problem: Problem, e: Evaluation, jacobian: JacobianVerdict, options: CheckOptions) -> Evaluation | None:
+    """The evaluation's three gradients again for the upstream that exposed the verdict's failure
+    (the finding's own, else the first random probe's), where it shows there; None where not."""
+    found = jacobian.found
+    if found is not None and found.kind == "zero upstream":
+        flat = np.zeros(e.output.numel())
+    elif found is not None and found.upstream is not None and found.upstream.size == e.output.numel():
+        flat = found.upstream
+    elif jacobian.probes:
+        flat = jacobian.probes[0].upstream
+    else:
+        return None
+    u = torch.from_numpy(np.ascontiguousarray(flat, dtype=np.float64)).reshape(tuple(e.output.shape)).to(e.output)
+    try:
+        analytic = _gradients(problem.function, problem.inputs, u)
+        numerical = [numerical_gradient(problem.function, problem.inputs, p, u, None, options.budget_bytes) for p in e.plans]
+        referenced = _gradients(problem.reference, problem.inputs, u) if problem.reference else numerical
+    except Exception:  # noqa: BLE001 - the code under test: the maps keep the upstream they had
+        return None
+    return replace(e, upstream=u, analytic=analytic, numerical=numerical, referenced=referenced)
+
+
+def _diagnosis(first: FirstOrder, results: dict, options: CheckOptions):
+    """Why it is wrong: the raise named, or hypotheses tested against the judged comparison and
+    held to a second point. None where nothing ran, or a condition's check (``options.diagnose``)."""
+    if first.evaluation is None:
+        return None
+    p, jacobian = first.checked, first.jacobian
+    diagnosis = diagnose_failure(first.failure, p.inputs) if first.failure is not None else None
+    if jacobian is None or not options.diagnose:
+        return diagnosis
+    second = results.get("second_order")
+    summed = summed_gradients(p.function, p.inputs) if not jacobian.passed else []
+    diagnosis = diagnose(jacobian, [as_float64(x, x) for x in p.inputs], first.tolerances, second_order_wrong=second is not None and second.failed,
+                         summed=summed)
+    return confirm(diagnosis, _second_point(p, first.plans, first.trusted, first.tolerances, options.seed, options.budget_bytes))
+
+
+def _report(first: FirstOrder, verdict: Verdict, diagnosis, results: dict, family: str, options: CheckOptions, given: bool) -> GradientReport:
+    problem, e = first.problem, first.evaluation
+    dtype = next((x.dtype for x in problem.inputs), torch.float64)
+    precision = results.get("precision")
+    forward_error = precision.output.formula.max_error if precision is not None and precision.output is not None else first.forward_error
+    comparisons = first.comparisons
+    gradients = lambda source: np.concatenate([c.gradients[source].ravel() for c in comparisons]) if comparisons else np.zeros(0)  # noqa: E731
+    return GradientReport(
         family=family,
         formula=problem.formula,
-        dtype=dtype_name,
-        device=device,
-        tolerances=tolerances,
-        loss=float(problem.loss(e.output)),
-        forward_max_error=forward_error,
-        inputs=tuple(comparisons),
-        cosine=_cosine(np.concatenate([a.ravel() for a in e.analytic]), np.concatenate([r.ravel() for r in e.referenced])),
-        verdict=_verdict(jacobian, drawn, e.failure, diagnosis, forward, found),
-        evaluations=sum(p.evaluations for p in e.plans) if e.failure is None else 0,
-        failure=e.failure,
+        dtype=str(dtype).removeprefix("torch."),
+        device=str(problem.inputs[0].device) if problem.inputs else "cpu",
+        tolerances=first.tolerances,
+        loss=float(first.checked.loss(e.output)) if e is not None else math.nan,
+        forward_max_error=forward_error if e is not None or precision is not None else math.nan,
+        inputs=comparisons,
+        cosine=_cosine(gradients("analytic"), gradients("reference")) if comparisons else math.nan,
+        verdict=verdict,
+        evaluations=sum(p.evaluations for p in e.plans) if e is not None and e.failure is None else 0,
+        failure=first.failure,
         notes=tuple(c.non_finite["input"].describe(c.name) for c in comparisons if c.non_finite["input"].count),
-        upstream="given" if grad_output is not None else upstream,
-        jacobian=jacobian,
-        second_order=second,
+        upstream="given" if given else "finding" if first.redrawn else options.upstream,
+        jacobian=first.jacobian,
         diagnosis=diagnosis,
-        signature=problem.signature,
-        conditions=found,
-        parity=grid,
-        provenance=traced,
-        determinism=_repeatability(problem, None, determinism, batch_invariant, seed) if e.failure is None and determinism else None,
+        signature=first.checked.signature,
+        stages=results,
     )
 
 
@@ -553,89 +553,13 @@ def _low_analytic(problem: Problem, comparisons: Sequence[InputComparison], upst
     return tuple(changed)
 
 
-def _repeatability(problem: Problem, exact: Problem | None, runs: int, batch_invariant: bool, seed: int):
-    """Determinism over ``runs`` backward calls, then batch invariance within its run-to-run spread."""
-    found = check_determinism(problem, exact, runs=runs, seed=seed)
-    noise = max((s.max_spread for s in found.spreads), default=0.0)
-    return replace(found, batch=check_batch_invariance(problem, seed=seed, declared=batch_invariant, noise=noise))
-
-
-def _in_low_precision(problem: Problem, options: dict, ratio: float, draws: int, determinism: int | None = None,
-                      batch_invariant: bool = True) -> GradientReport:
-    """The float64 verdict on the dtype's values upcast, then the precision verdict in the dtype,
-    one report: the float64 verdict's evidence, the dtype's name and its precision."""
-    dtype = problem.inputs[0].dtype
-    exact = exact_problem(problem)
-    given = options["grad_output"]
-    try:  # the upstream the maps draw, in the dtype as the formula gets it; the truth gets it upcast
-        with torch.no_grad():
-            output = (problem.reference or problem.function)(*problem.inputs)
-        upstream = given.to(dtype) if given is not None else choose_upstream(options["upstream"], problem.loss, output, options["seed"]).to(dtype)
-    except Exception:  # noqa: BLE001 - the code under test raising in the dtype is the precision stage's to report
-        upstream = None
-    report = check(exact, **{**options, "grad_output": upstream.double() if upstream is not None else None})
-    report = replace(report, upstream="given" if given is not None else options["upstream"])
-    if upstream is not None and report.failure is None:  # the maps draw the formula's gradient as it runs, in the dtype
-        maps = _low_analytic(problem, report.inputs, upstream)
-        report = replace(report, inputs=maps, cosine=_cosine(*(np.concatenate([c.gradients[s].ravel() for c in maps]) for s in ("analytic", "reference"))))
-    name, device = str(dtype).removeprefix("torch."), str(problem.inputs[0].device)
-    jacobian = report.jacobian
-    if jacobian is not None and not report.verdict.forward:
-        by_reference = [problem.reference is not None and jacobian.coverage.judged_by_reference(n) for n in problem.names]
-    else:  # no float64 verdict to read, or the formula's forward is not the reference's: the reference is no truth
-        by_reference = [problem.reference is not None and not report.verdict.forward] * len(problem.inputs)
-    # the formula's forward did not run in float64 (a failed remake is the report's forward failure)
-    float64_failed = report.failure is not None and (exact.failure is not None or report.failure.stage == "forward")
-    if float64_failed and not all(by_reference):  # no float64 truth to judge the dtype's by
-        return replace(report, dtype=name, device=device)
-    kinks = jacobian.kinks if jacobian is not None else ()
-    precision = check_precision(problem, exact, by_reference=by_reference, kinks=kinks, upstream=upstream, seed=options["seed"],
-                                draws=draws, k=ratio, role=problem.role)
-    plain = report.verdict
-    line = precision.describe()
-    if float64_failed and not precision.failure:
-        # the formula runs in the dtype but not in float64 (a dtype-only kernel): the precision verdict alone
-        coverage = f"the formula does not run in float64 ({report.failure}), so it is judged in {name} alone"
-        verdict = (Verdict("pass", coverage, precision=line) if precision.passed else Verdict("fail", coverage, precision.finding()))
-    elif not plain.passed:
-        verdict = replace(plain, precision=line)
-    elif not precision.passed:
-        verdict = Verdict("fail", f"in float64 on the same values, {plain.coverage}", precision.finding(), conditions=plain.conditions)
-    else:
-        verdict = replace(plain, precision=line)
-    forward = precision.output.formula.max_error if precision.output is not None else report.forward_max_error  # the dtype's forward
-    provenance = report.provenance
-    if any(r.first_non_finite >= 0 for r in precision.judged):  # not finite in the dtype where the baseline is: where it was born
-        provenance = trace_non_finite(problem.function, problem.inputs, upstream, order=options["order"], seed=options["seed"])
-    repeated = _repeatability(problem, exact, determinism, batch_invariant, options["seed"]) if determinism and not precision.failure else None
-    return replace(report, dtype=name, device=device, verdict=verdict, precision=precision, forward_max_error=forward,
-                   provenance=provenance, determinism=repeated)
-
-
-def _non_finite_where_truth_is_finite(comparisons: Sequence[InputComparison], outputs, second=None, anywhere: bool = False) -> bool:
-    """Whether the formula's output, drawn gradient or double backward is not finite somewhere its
-    truth is (``anywhere``: somewhere at all)."""
-    def broken(mine: np.ndarray, truth: np.ndarray | None) -> bool:
-        bad = ~np.isfinite(mine)
-        return bool(bad.any() if anywhere or truth is None or truth.shape != mine.shape else (bad & np.isfinite(truth)).any())
-
-    if any(broken(c.gradients["analytic"], c.gradients["reference"]) for c in comparisons):
-        return True
-    if second is not None and second.products.get("double backward"):
-        truths = second.products.get("reference") or second.products.get("differences of its gradient") or []
-        for k, mine in enumerate(second.products["double backward"]):
-            if broken(np.asarray(mine), np.asarray(truths[k]) if k < len(truths) else None):
-                return True
-    if outputs and outputs[1] is not None:
-        mine = outputs[1].detach().double().cpu().numpy()
-        truth = outputs[0].detach().double().cpu().numpy() if outputs[0] is not None else None
-        return broken(mine, truth)
-    return False
-
-
-def compare_gradients(family, formula: str, inputs: Sequence[Tensor], *, params: dict | None = None, **options) -> GradientReport:
-    """``check`` of one formula of a family (anything with ``problem``, as ``lib.app.family.Family``)."""
-    return check(family.problem(formula, inputs, params), family=family.name, **options)
+def compare_gradients(family, formula: str, inputs: Sequence[Tensor], *, params: dict | None = None,
+                      options: CheckOptions | None = None, **overrides) -> GradientReport:
+    """``check`` of one formula of a family (anything with ``problem``, as ``lib.app.family.Family``),
+    to the order the family declares unless ``options`` or ``order`` say otherwise."""
+    if options is None and "order" not in overrides:
+        overrides["order"] = getattr(family, "order", CheckOptions.order)
+    return check(family.problem(formula, inputs, params), options, family=family.name, **overrides)
 
 
 def wrong_inputs(problems: Sequence[Problem], tolerances: Tolerances | None = None) -> dict[str, tuple[str, ...]]:

@@ -506,3 +506,11 @@ def pattern_entries(reference: Callable[..., Tensor], inputs: Sequence[Tensor], 
         if sum(counts) > cap:
             return None
     return counts
+
+
+def plan(problem, tolerances, *, budget_bytes: int = DEFAULT_BUDGET_BYTES, work_limit: float = math.inf) -> list[DifferencePlan]:
+    """The plan stage for a ``pipeline.Problem``: how each differentiable input is perturbed (its
+    pattern, colours and cost), for the guards to read before anything is evaluated and for
+    ``check`` to run as it is."""
+    return plan_differences(problem.function, problem.reference, problem.inputs, tolerances.step, budget_bytes=budget_bytes,
+                            structure_key=problem.structure_key, work_limit=work_limit, atol=tolerances.atol, rtol=tolerances.rtol)

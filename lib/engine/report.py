@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .diagnosis import Diagnosis
+from .finding import Finding
 from .judge import JacobianVerdict
 from .planning import DifferencePlan
-from .second_order import SecondOrderVerdict
 from .signature import Signature, name_element, name_index
 from .tolerances import Tolerances
 from ..errors import original
@@ -74,6 +74,7 @@ class ConditionResult:
     finding: str = ""  # what went wrong there, or why it does not apply, in words
     failure: Failure | None = None  # the code under test raised under it
     worst: str = ""  # the element worst off, named (``x1[2, 3]``), where one is
+    found: Finding | None = None  # what failed there, as facts, where a comparison did
 
     @property
     def failed(self) -> bool:
@@ -141,6 +142,7 @@ class Verdict:
     condition: str = ""  # the condition it fails under where it passes without it ("only x2 requires a gradient")
     conditions: str = ""  # the conditions it also passed under, described (``Conditions.describe``)
     precision: str = ""  # below float64, the precision verdict's line (``Precision.describe``), pass or fail
+    found: Finding | None = None  # what failed, as facts: the comparison behind ``finding`` (None: none failed, or it raised)
 
     @property
     def passed(self) -> bool:
@@ -612,14 +614,18 @@ class GradientReport:
     notes: tuple[str, ...] = field(default_factory=tuple)
     upstream: str = "loss"  # what the drawn gradients' upstream was (see UPSTREAMS)
     jacobian: JacobianVerdict | None = None  # the whole-Jacobian check behind the verdict
-    second_order: SecondOrderVerdict | None = None
     diagnosis: Diagnosis | None = None  # why the formula is wrong, where it is
     signature: Signature | None = None  # what the Function takes and gives; None when no forward ran
-    conditions: Conditions | None = None  # the verdict again under each condition; None: not run
-    parity: Parity | None = None  # the gradient under each way of running it (lib.engine.parity); None: not run
-    precision: Precision | None = None  # below float64: the precision verdict (lib.engine.precision); None: float64
-    provenance: Provenance | None = None  # where a non-finite output or gradient was born (lib.engine.provenance); None: all finite
-    determinism: Determinism | None = None  # repeated backward and batch invariance (lib.engine.determinism); None: not run
+    stages: dict = field(default_factory=dict)  # the stages' results by name (``stages.STAGES``), in order; a stage not run is absent
+
+    # the stages every front end knows by name
+    second_order = property(lambda self: self.stages.get("second_order"))  # SecondOrderVerdict
+    conditions = property(lambda self: self.stages.get("conditions"))  # Conditions: the verdict again under each condition
+    parity = property(lambda self: self.stages.get("parity"))  # Parity: the gradient under each way of running it
+    precision = property(lambda self: self.stages.get("precision"))  # Precision, below float64
+    provenance = property(lambda self: self.stages.get("provenance"))  # Provenance: where a non-finite value was born
+    determinism = property(lambda self: self.stages.get("determinism"))  # Determinism: repeated backward, batch invariance
+    training = property(lambda self: self.stages.get("training"))  # Training: does it train
 
     def passed(self, order: int = 2) -> bool:
         """The first-order verdict passes and, with ``order=2``, the second order is not wrong

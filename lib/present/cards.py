@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..engine.finding import TRUTH_WORDS, tolerances_text
 from ..engine.report import GradientReport, times
-from ..engine.judge import TRUTH_WORDS, tolerances_text
 
 HEADLINE_WORDS = 12  # at most, in a card's headline
 MAP_KINDS = ("position", "region", "not finite", "summed shape")  # stories about where: the error map shows them
@@ -41,6 +41,7 @@ class Card:
     second_order: tuple[str, str] | None  # (outcome, sentence) where it was checked
     conditions: tuple[str, str] | None = None  # (outcome, line) for the conditions (``conditions_line``), where they ran
     precision: tuple[str, str] | None = None  # (outcome, line) below float64 (``precision_line``)
+    stages: tuple[tuple[str, str], ...] = ()  # (outcome, line) of each other stage that ran (``stage_lines``): does it train, …
 
 
 def _capital(text: str) -> str:
@@ -129,29 +130,43 @@ def _worst_error(report: GradientReport) -> float:
 
 
 def numbers(report: GradientReport) -> tuple[Number, ...]:
+    """The key numbers. Beside a failing verdict they come from its finding (the comparison that
+    failed, whatever upstream showed it), so they show the error the verdict found; beside a
+    passing one, from what was covered."""
     coverage = report.jacobian.coverage if report.jacobian is not None else None
-    worst = _worst_error(report)
+    found = report.verdict.found
     precision = report.precision
     lead = [Number(f"error vs PyTorch in {precision.dtype}", times(precision.ratio),
                    f"The formula's largest error in {precision.dtype} over that of {precision.baseline_words}, both against float64 "
                    f"from the same values; it passes up to {precision.k:g}× plus a noise floor")] if precision is not None else []
+    if found is not None and found.evidence:
+        worst, cosine = found.worst_error, found.cosine
+        where = f"the values that showed the failure ({found.shown_by})"
+    else:
+        worst, cosine, where = _worst_error(report), report.cosine, "the compared Jacobian entries"
     worst_number = Number("worst error", "—" if not math.isfinite(worst) else f"{worst:.2g}×" if worst >= 1e-3 else f"{worst:.0e}×",
-                          "The largest |formula − truth| over the compared Jacobian entries, as a multiple of the truth's largest |entry|")
-    found = [*lead, *([] if precision is not None else [worst_number]),  # below float64 the ratio is the error that matters
-             Number("cosine to truth", "—" if not math.isfinite(report.cosine) else f"{report.cosine:.3f}",
-                    "Between the formula's gradient and the true one: 1 points the right way, −1 is flipped")]
+                          f"The largest |formula − truth| over {where}, as a multiple of the truth's largest |entry|")
+    found_numbers = [*lead, *([] if precision is not None else [worst_number]),  # below float64 the ratio is the error that matters
+                     Number("cosine to truth", "—" if not math.isfinite(cosine) else f"{cosine:.3f}",
+                            f"Between the formula's values and the truth's over {where}: 1 points the right way, −1 is flipped")]
     if coverage is not None:
-        found.append(Number("entries checked", f"{coverage.entries:,}",
-                            f"Every Jacobian entry: {coverage.compared:,} one by one, the rest by {coverage.probes} random probes"))
-    return tuple(found)
+        found_numbers.append(Number("entries checked", f"{coverage.entries:,}",
+                                    f"Every Jacobian entry: {coverage.compared:,} one by one, the rest by {coverage.probes} random probes"))
+    return tuple(found_numbers)
 
 
 def picture(report: GradientReport) -> str:
-    """The error map where the diagnosis is about where it is wrong; else the entries against the truth."""
+    """The error map where the diagnosis is about where it is wrong; else the entries against the
+    truth (beside a failing verdict, the values of its finding)."""
     kinds = [f.kind for f in report.diagnosis.findings] if report.diagnosis is not None else []
     if precision_failed(report):  # right as maths: the map of where it loses bits in the dtype says more than the entries
         return "error map"
-    if kinds and kinds[0] in MAP_KINDS or report.jacobian is None or not any(e.rows.size for e in report.jacobian.entries):
+    if kinds and kinds[0] in MAP_KINDS:
+        return "error map"
+    found = report.verdict.found
+    if found is not None and found.evidence:
+        return "scatter"
+    if report.jacobian is None or not any(e.rows.size for e in report.jacobian.entries):
         return "error map"
     return "scatter"
 
@@ -200,11 +215,20 @@ def conditions_line(report: GradientReport) -> tuple[str, str] | None:
     return "as plain", f"No condition changes its verdict ({len(ran)} tried)"
 
 
+OWN_LINES = ("second_order", "conditions", "precision", "parity", "provenance", "determinism")  # stages the card says in lines of their own
+
+
+def stage_lines(report: GradientReport, skip: tuple[str, ...] = OWN_LINES) -> tuple[tuple[str, str], ...]:
+    """(outcome, line) of each stage that ran, in the stages' order, but those said elsewhere
+    (``skip``): every stage's result has an ``outcome`` and a ``describe()``."""
+    return tuple((result.outcome, _capital(result.describe())) for name, result in report.stages.items() if name not in skip)
+
+
 def card(report: GradientReport) -> Card:
     second = report.second_order
     return Card(report.formula, report.verdict.outcome, headline(report), numbers(report), picture(report), details(report),
                 (second.outcome, _capital(second.summary) + ".") if second is not None else None, conditions_line(report),
-                precision_line(report))
+                precision_line(report), stage_lines(report))
 
 
 CONDITION_COLUMNS = ("condition", "outcome", "worst entry", "why")

@@ -65,27 +65,40 @@ def _svg(parts: list[str], label: str) -> str:
 def entries_scatter(report: GradientReport) -> str | None:
     """Each compared Jacobian entry: the truth across, the formula's entry up; right ones sit on
     the dashed diagonal (truth = formula). Entries out of tolerance are vermillion crosses."""
-    verdict = report.jacobian
-    if verdict is None or not any(e.rows.size for e in verdict.entries):
-        return None
-    source, name = _truth(report)
-    truth = np.concatenate([e.values.get(source, e.values.get("numerical", e.values["analytic"])) for e in verdict.entries])
-    analytic = np.concatenate([e.values["analytic"] for e in verdict.entries])
+    found = report.verdict.found
+    if found is not None and found.evidence:  # a failing verdict: the values that showed it, judged as the verdict judged them
+        source, name = found.against or "reference", _truth(report)[1]
+        truth = np.concatenate([e.truth for e in found.evidence])
+        analytic = np.concatenate([e.formula for e in found.evidence])
+        wrong = np.concatenate([e.wrong for e in found.evidence])
+        title = "Jacobian entries: formula against truth" if found.kind == "entry" else f"uᵀJ for {found.shown_by}"
+    else:
+        verdict = report.jacobian
+        if verdict is None or not any(e.rows.size for e in verdict.entries):
+            return None
+        source, name = _truth(report)
+        truth = np.concatenate([e.values.get(source, e.values.get("numerical", e.values["analytic"])) for e in verdict.entries])
+        analytic = np.concatenate([e.values["analytic"] for e in verdict.entries])
+        wrong, title = None, "Jacobian entries: formula against truth"
     keep = np.flatnonzero(np.isfinite(truth) & np.isfinite(analytic))
     if not keep.size:
         return None
     t_all, a_all = truth[keep], analytic[keep]
     scale = float(max(np.abs(t_all).max(), 1e-300))
-    wrong_all = np.abs(a_all - t_all) > report.tolerances.atol * scale + report.tolerances.rtol * np.abs(t_all)
+    wrong_all = (wrong[keep] if wrong is not None else
+                 np.abs(a_all - t_all) > report.tolerances.atol * scale + report.tolerances.rtol * np.abs(t_all))
     counts = {"right": int((~wrong_all).sum()), "wrong": int(wrong_all.sum())}
     shown = np.arange(keep.size)
-    if shown.size > MAX_POINTS:
-        shown = np.sort(np.random.default_rng(0).choice(shown, MAX_POINTS, replace=False))
+    if shown.size > MAX_POINTS:  # every wrong one first: the sample must not hide what the verdict found
+        wrong_ones, right_ones = shown[wrong_all], shown[~wrong_all]
+        rest = max(MAX_POINTS - min(wrong_ones.size, MAX_POINTS // 2), 0)
+        shown = np.sort(np.concatenate([np.random.default_rng(0).choice(wrong_ones, min(wrong_ones.size, MAX_POINTS // 2), replace=False),
+                                        np.random.default_rng(0).choice(right_ones, min(right_ones.size, rest), replace=False)]))
     t, a, wrong = t_all[shown], a_all[shown], wrong_all[shown]
     x_span, y_span = scale, float(max(np.abs(a).max(), scale * 1e-12, 1e-300))
     to_x = lambda v: LEFT + (v / x_span + 1) / 2 * (RIGHT_EDGE - LEFT)  # noqa: E731
     to_y = lambda v: BOTTOM - (v / y_span + 1) / 2 * (BOTTOM - TOP)  # noqa: E731
-    parts = _frame("Jacobian entries: formula against truth", f"true entry ({name})", "formula's entry", x_span, y_span)
+    parts = _frame(title, f"truth ({name})", "formula's", x_span, y_span)
     end = min(x_span, y_span)  # the diagonal truth = formula, within both ranges
     parts.append(f"<line x1='{to_x(-end):.1f}' y1='{to_y(-end):.1f}' x2='{to_x(end):.1f}' y2='{to_y(end):.1f}' stroke='#888888' "
                  "stroke-dasharray='4 3'/>")
@@ -125,22 +138,28 @@ def _shade(fraction: float) -> str:
 
 def error_map(report: GradientReport) -> str | None:
     """|formula − truth| of the drawn gradient over the input where it is largest (white: right)."""
-    if not report.inputs:
-        return None
+    found = report.verdict.found
     source, name = _truth(report)
-    pair = ("analytic", source)
-    comparison = max(report.inputs, key=lambda c: np.nan_to_num(c.errors[pair].max_abs, nan=-1.0))
-    truth, error = comparison.gradients[source], np.abs(comparison.errors[pair].signed)
-    finite = np.isfinite(truth)
-    scale = float(np.abs(truth[finite]).max(initial=0.0)) or 1.0
-    with np.errstate(invalid="ignore"):  # within the verdict's tolerance is right: drawn white
-        error = np.where(error <= report.tolerances.atol * scale + report.tolerances.rtol * np.abs(truth), 0.0, error)
-    grid, _, x_title, y_title = _grid(error, comparison.name)
+    if found is not None and found.evidence and report.precision is None:  # where the verdict found it wrong, as it judged
+        evidence = max(found.evidence, key=lambda e: float(np.nan_to_num(e.element_error, nan=-1.0).max(initial=-1.0)))
+        input_name, error = evidence.name, evidence.element_error.reshape(evidence.shape)
+    else:
+        if not report.inputs:
+            return None
+        pair = ("analytic", source)
+        comparison = max(report.inputs, key=lambda c: np.nan_to_num(c.errors[pair].max_abs, nan=-1.0))
+        truth, error = comparison.gradients[source], np.abs(comparison.errors[pair].signed)
+        finite = np.isfinite(truth)
+        scale = float(np.abs(truth[finite]).max(initial=0.0)) or 1.0
+        with np.errstate(invalid="ignore"):  # within the verdict's tolerance is right: drawn white
+            error = np.where(error <= report.tolerances.atol * scale + report.tolerances.rtol * np.abs(truth), 0.0, error)
+        input_name = comparison.name
+    grid, _, x_title, y_title = _grid(error, input_name)
     cells = _pooled(grid)
     largest = float(np.nanmax(cells)) if np.isfinite(cells).any() else 0.0
     rows, cols = cells.shape
     w, h = (RIGHT_EDGE - LEFT) / cols, (BOTTOM - TOP) / rows
-    parts = [_text(4, 16, f"|formula − truth| over {comparison.name} (truth: {name})", 13, weight="bold"),
+    parts = [_text(4, 16, f"|formula − truth| over {input_name} (truth: {name})", 13, weight="bold"),
              _text((LEFT + RIGHT_EDGE) / 2, BOTTOM + 30, x_title, 11, "middle"), _text(13, (TOP + BOTTOM) / 2, y_title, 11, "middle", rotate=True),
              _text(LEFT, BOTTOM + 14, f"white: right · darkest: {largest:.3g}", 10, color=AXIS)]
     for i in range(rows):
@@ -149,4 +168,4 @@ def error_map(report: GradientReport) -> str | None:
             fill = "#dddddd" if not np.isfinite(value) else _shade(value / largest if largest > 0 else 0.0)
             parts.append(f"<rect x='{LEFT + j * w:.1f}' y='{TOP + i * h:.1f}' width='{w + 0.3:.1f}' height='{h + 0.3:.1f}' fill='{fill}'/>")
     parts.append(f"<rect x='{LEFT}' y='{TOP}' width='{RIGHT_EDGE - LEFT}' height='{BOTTOM - TOP}' fill='none' stroke='{FAINT}'/>")
-    return _svg(parts, f"the largest error over {comparison.name} is {largest:.3g}")
+    return _svg(parts, f"the largest error over {input_name} is {largest:.3g}")
