@@ -18,11 +18,15 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
+from .present.cards import stage_lines
+
 from .engine.report import GradientReport
+from .engine.options import CheckOptions
 from .engine.pipeline import compare_gradients
 from .app.family import Family, Formula, sum_of_outputs
 from .engine.signature import differentiable, function_class, name_index
-from .engine.judge import compare_entries, truth_label, truth_scale
+from .engine.finding import truth_label
+from .engine.judge import compare_entries, truth_scale
 
 Tensor = torch.Tensor
 WIDTH = 100  # a CI log's line
@@ -56,11 +60,11 @@ def as_family(function, inputs: Sequence[Tensor], reference=None, name: str | No
                   build_inputs=lambda *_args, **_kwargs: tuple(inputs), loss=sum_of_outputs, surrogate=surrogate, order=order)
 
 
-def check_gradients(function, inputs: Tensor | Sequence[Tensor], *, reference=None, surrogate=None, order: int = 2, seed: int = 0,
+def check_gradients(function, inputs: Tensor | Sequence[Tensor], *, reference=None, surrogate=None, order: int = 1, seed: int = 0,
                     step: float | None = None, atol: float | None = None, rtol: float | None = None,
                     conditions: str = "default", parity: bool | str | Sequence[str] = False,
                     dtype: torch.dtype | None = None, determinism: int | None = None, batch_invariant: bool = True,
-                    provenance: str = "auto") -> GradientReport:
+                    provenance: str = "auto", training: int = CheckOptions.training) -> GradientReport:
     """The app's gradient report for ``function`` on ``inputs`` (copies; the inputs are not changed).
     ``surrogate``: plain torch ops whose autograd gradient is the intended one (see ``declare``);
     ``order=1``: the second order is not checked; ``conditions``: "default", "all" or "none" (the
@@ -73,7 +77,9 @@ def check_gradients(function, inputs: Tensor | Sequence[Tensor], *, reference=No
     Tolerances' fresh draws are the given values shuffled. ``determinism`` (runs): the backward that
     many times, bitwise, and a row alone and among other rows (``batch_invariant=False``: its
     gradient depends on the batch by design). ``provenance``: "auto" traces where a non-finite value
-    of the formula's was born wherever its truth is finite, "always" wherever it is not finite at all."""
+    of the formula's was born wherever its truth is finite, "always" wherever it is not finite at all,
+    "never". ``training``: steps of gradient descent with the formula's gradient beside the truth's
+    (0: none). The defaults are ``CheckOptions``'s."""
     inputs = (inputs,) if isinstance(inputs, Tensor) else tuple(inputs)
     if dtype is not None:
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
@@ -83,12 +89,10 @@ def check_gradients(function, inputs: Tensor | Sequence[Tensor], *, reference=No
         raise TypeError("inputs must be one floating-point tensor or a sequence of tensors with at least one floating-point "
                         "tensor among them (integer and boolean ones are passed through, never differentiated)")
     copies = tuple(x.detach().clone() for x in inputs)
-    if order not in (1, 2):
-        raise ValueError(f"order must be 1 or 2, not {order!r}")
+    options = CheckOptions(order=order, seed=seed, step=step, atol=atol, rtol=rtol, conditions=conditions, parity=_parity_paths(parity),
+                           determinism=determinism or 0, batch_invariant=batch_invariant, provenance=provenance, training=training)
     family = as_family(function, copies, reference, surrogate=surrogate, order=order)
-    return compare_gradients(family, family.name, copies, seed=seed, step=step, atol=atol, rtol=rtol, order=order, conditions=conditions,
-                             parity=_parity_paths(parity), determinism=determinism, batch_invariant=batch_invariant,
-                             provenance=provenance)
+    return compare_gradients(family, family.name, copies, options=options)
 
 
 def _parity_paths(parity: bool | str | Sequence[str]) -> str | Sequence[str] | None:
@@ -144,6 +148,8 @@ def failure_message(report: GradientReport, order: int = 1) -> str:
         lines.append(wrap(f"determinism: {report.determinism.describe()}"))
     for cell in report.parity.parted if report.parity is not None else ():  # right in eager, not as it is run
         lines.append(wrap(f"parity: {cell.outcome} under {cell.label}: {cell.finding}"))
+    for outcome, line in stage_lines(report):  # the other stages: does it train, …
+        lines.append(wrap(f"{line} [{outcome}]"))
     lines.append(wrap(f"first order {report.verdict.summary}"))
     if order == 2:
         second = report.second_order

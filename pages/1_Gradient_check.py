@@ -7,9 +7,7 @@ import streamlit as st
 
 from gradient_lab import ui
 from gradient_lab.app import views
-from gradient_lab.engine.pipeline import DEFAULT_JACOBIAN_LIMIT
-from gradient_lab.engine.precision import FLOOR_EPS, RMSE_FLOOR_EPS
-from gradient_lab.engine.report import PAIRS
+from gradient_lab.app.views import DEFAULT_JACOBIAN_LIMIT, FLOOR_EPS, PAIRS, RMSE_FLOOR_EPS
 from gradient_lab.app.devices import device_problem
 from gradient_lab.present.figures.check import (
     conformance_table,
@@ -19,11 +17,13 @@ from gradient_lab.present.figures.check import (
     gradient_heatmaps,
     jacobian_heatmaps,
     parity_error_map,
+    stage_curves,
     step_sweep_figure,
     worst_elements,
 )
-from gradient_lab.present.cards import (condition_rows, conditions_line as card_conditions, parity_line as card_parity, parity_rows,
-                                        precision_failed, precision_line as card_precision, precision_rows, styled_parity)
+from gradient_lab.present.cards import (OWN_LINES, condition_rows, conditions_line as card_conditions, parity_line as card_parity,
+                                        parity_rows, precision_failed, precision_line as card_precision, precision_rows, stage_title,
+                                        styled_parity)
 from gradient_lab.present.figures.determinism import spread_map
 from gradient_lab.present.figures.precision import error_against_magnitude, ulp_histogram
 from gradient_lab.present.report_data import drawable, element_rows, pair_name, plan_sources, shown, summary
@@ -60,7 +60,9 @@ with ui.guard("This page"):
         st.caption(f"Finite differences (step {report.tolerances.step:g}, tolerance {report.tolerances.atol:g} + "
                    f"{report.tolerances.rtol:g}·|b|): {plan_sources(report)}. "
                    f"{f'Float64 on the {report.dtype} values' if report.precision else report.dtype} on {report.device}. "
-                   f"The maps below draw the gradient for the {UPSTREAM_WORDS[report.upstream]} upstream gradient (sidebar).")
+                   + (f"The maps below draw the gradient for {report.verdict.found.shown_by}, the upstream that showed the failure "
+                      f"(the sidebar's {UPSTREAM_WORDS[case.upstream]} one hides it)." if report.upstream == "finding" else
+                      f"The maps below draw the gradient for the {UPSTREAM_WORDS[report.upstream]} upstream gradient (sidebar)."))
         for note in report.notes:
             st.warning(note, icon=":material/warning:")
         if report.failure and not report.inputs:  # no output at all: nothing to draw
@@ -69,6 +71,15 @@ with ui.guard("This page"):
             st.stop()
         if report.failure:
             st.error(f"The formula raised {report.failure}. Its gradients are blank below; the reference's are shown.", icon=":material/error:")
+
+    # ---- the other stages (does it train, …): each its line and its curves ----------------------------
+    for name, stage in (report.stages.items() if report is not None else ()):
+        if name not in OWN_LINES:
+            with st.expander(f"{stage_title(name)}: {stage.outcome}", expanded=stage.outcome != "pass"):
+                st.markdown(ui.sentence(stage.describe()[0].upper() + stage.describe()[1:]) + ".")
+                figure = stage_curves(stage, stage_title(name))
+                if figure is not None:
+                    ui.chart(figure, key=f"stage_{name}")
 
     # ---- the conditions: where the Function will really run -----------------------------------------
     if report is not None and report.conditions is not None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .devices import resolve_device
+from ..engine.options import CheckOptions
 from ..errors import LabError
 from .family import Family, get_family
 from ..explore.perturb import Perturbation, apply_perturbation
@@ -46,6 +47,11 @@ class Case:
 
     def param_values(self) -> dict[str, float | int]:
         return {**self.get_family().params, **dict(self.params)}
+
+    def options(self) -> CheckOptions:
+        """The check's options this case sets (the rest are ``CheckOptions``'s defaults)."""
+        return CheckOptions(order=self.declared_order(), conditions=self.conditions, seed=self.seed, upstream=self.upstream, step=self.step,
+                            atol=self.atol, rtol=self.rtol, batch_invariant=self.get_family().batch_invariant)
 
     def declared_order(self) -> int:
         return self.order if self.order is not None else self.get_family().order

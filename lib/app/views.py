@@ -16,8 +16,10 @@ import torch
 
 from . import budget, guard
 from .case import Case
+from ..engine.options import DEFAULT_JACOBIAN_LIMIT  # noqa: F401 - the pages' limits, through views
 from ..engine.pipeline import check, exact_problem
-from ..engine.precision import is_low
+from ..engine.precision import FLOOR_EPS, RMSE_FLOOR_EPS, is_low  # noqa: F401
+from ..engine.report import PAIRS  # noqa: F401
 from ..engine.parity import estimate_seconds, paths_of
 from ..engine.report import GradientReport, Parity
 from ..explore.step_sweep import StepSweep, step_sweep
@@ -108,9 +110,8 @@ def _report(case: Case, formula: str, held: float = 0, parity: str | None = None
                   determinism=determinism)
 
 
-def _check(case: Case, problem, **options) -> GradientReport:
-    return check(problem, family=case.family, upstream=case.upstream, seed=case.seed, step=case.step, atol=case.atol, rtol=case.rtol,
-                 order=case.declared_order(), conditions=case.conditions, batch_invariant=case.get_family().batch_invariant, **options)
+def _check(case: Case, problem, **overrides) -> GradientReport:
+    return check(problem, case.options(), family=case.family, **overrides)
 
 
 def determinism(case: Case, formula: str, runs: int = 10):

@@ -144,7 +144,8 @@ def numbers(report: GradientReport) -> tuple[Number, ...]:
         where = f"the values that showed the failure ({found.shown_by})"
     else:
         worst, cosine, where = _worst_error(report), report.cosine, "the compared Jacobian entries"
-    worst_number = Number("worst error", "—" if not math.isfinite(worst) else f"{worst:.2g}×" if worst >= 1e-3 else f"{worst:.0e}×",
+    shown = "not finite" if worst == math.inf else "—" if not math.isfinite(worst) else f"{worst:.2g}×" if worst >= 1e-3 else f"{worst:.0e}×"
+    worst_number = Number("worst error", shown,
                           f"The largest |formula − truth| over {where}, as a multiple of the truth's largest |entry|")
     found_numbers = [*lead, *([] if precision is not None else [worst_number]),  # below float64 the ratio is the error that matters
                      Number("cosine to truth", "—" if not math.isfinite(cosine) else f"{cosine:.3f}",
@@ -216,6 +217,11 @@ def conditions_line(report: GradientReport) -> tuple[str, str] | None:
 
 
 OWN_LINES = ("second_order", "conditions", "precision", "parity", "provenance", "determinism")  # stages the card says in lines of their own
+
+
+def stage_title(name: str) -> str:
+    """A stage's name as a heading: "does it train" for ``training``."""
+    return {"training": "Does it train", "second_order": "Second order"}.get(name, name.replace("_", " ").capitalize())
 
 
 def stage_lines(report: GradientReport, skip: tuple[str, ...] = OWN_LINES) -> tuple[tuple[str, str], ...]:

@@ -15,11 +15,11 @@ from typing import Sequence
 
 import plotly.graph_objects as go
 
-from .cards import (CONDITION_COLUMNS, PARITY_COLUMNS, PRECISION_COLUMNS, condition_rows, conditions_line, parity_line, parity_rows,
-                    precision_line, precision_rows)
+from .cards import (CONDITION_COLUMNS, OWN_LINES, PARITY_COLUMNS, PRECISION_COLUMNS, condition_rows, conditions_line, parity_line,
+                    parity_rows, precision_line, precision_rows, stage_title)
 from ..app import views
 from ..errors import LabError
-from .figures.check import diagnosis_scatter, error_heatmap, gradient_heatmaps, step_sweep_figure
+from .figures.check import diagnosis_scatter, error_heatmap, gradient_heatmaps, stage_curves, step_sweep_figure
 from .figures.precision import ulp_histogram
 
 STYLE = """
@@ -82,6 +82,12 @@ def _section(result, first: list[bool]) -> str:
         parts.append(f"<h3>Where the NaN or Inf was born</h3><p>{html.escape(report.provenance.describe())}</p>")
     if result.determinism is not None:
         parts.append(f"<h3>Determinism</h3><p>{html.escape(result.determinism.describe())}</p>")
+    for name, stage in report.stages.items():  # the other stages, each its line and its curves
+        if name not in OWN_LINES:
+            parts.append(f"<h3>{html.escape(stage_title(name))}: {html.escape(stage.outcome)}</h3><p>{html.escape(stage.describe())}</p>")
+            figure = stage_curves(stage, stage_title(name))
+            if figure is not None:
+                parts.append(_figure(figure, first))
     parts.append(_precision(report, first))
     parts.append(_figure(diagnosis_scatter(report), first))
     for comparison in report.inputs:

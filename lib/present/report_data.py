@@ -166,9 +166,39 @@ def summary(report: GradientReport, case=None) -> dict:
         "precision": precision_data(report.precision),
         "provenance": provenance_data(report.provenance),
         "determinism": determinism_data(report.determinism),
+        "finding": finding_data(report.verdict.found),
+        **{name: stage_data(result) for name, result in report.stages.items() if name not in NAMED_STAGES},
         "notes": list(report.notes),
         "inputs": inputs,
     }
+
+
+NAMED_STAGES = ("second_order", "conditions", "parity", "precision", "provenance", "determinism")  # written above, each its own way
+
+
+def stage_data(result) -> dict:
+    """Any stage's result as JSON: its outcome, its line, and its fields (arrays as lists)."""
+    def plain(value):
+        if isinstance(value, np.ndarray):
+            return value.tolist()
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [plain(v) for v in value]
+        if hasattr(value, "__dataclass_fields__"):
+            return {f: plain(getattr(value, f)) for f in value.__dataclass_fields__}
+        return value
+
+    return {"outcome": result.outcome, "summary": result.describe(), **plain(result)}
+
+
+def finding_data(found) -> dict | None:
+    """What the failing verdict found, as facts: its kind, where, its values, the upstream that showed it."""
+    if found is None:
+        return None
+    return {"kind": found.kind, "input": found.input, "element": found.at, "output": found.output or None, "formula": found.formula,
+            "truth": found.truth, "against": found.against or None, "shown by": found.shown_by, "probe": found.probe or None,
+            "worst error": found.worst_error, "cosine": found.cosine, "wrong": found.wrong, "compared": found.compared}
 
 
 def _conditions(report: GradientReport) -> dict | None:

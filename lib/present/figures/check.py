@@ -507,3 +507,20 @@ def parity_error_map(cell, index: int = 0) -> go.Figure | None:
     base_layout(fig, f"{name} under {cell.label}: this path − the truth (max |·| {peak:.3g})", x_title, y_title)
     fig.update_yaxes(autorange="reversed")
     return fig
+
+
+def stage_curves(result, title: str) -> go.Figure | None:
+    """A stage's curves by step (``result.curves()``: label -> values), one line each; where its
+    paths part (``result.parted``), a dashed line. None for a stage without curves."""
+    curves = getattr(result, "curves", None)
+    if curves is None:
+        return None
+    fig = go.Figure()
+    for position, (label, values) in enumerate(curves().items()):
+        fig.add_trace(go.Scatter(x=np.arange(len(values)), y=values, mode="lines+markers", name=label,
+                                 line={"color": color_for(label, position), "dash": "solid" if position == 0 else "dot"}))
+    parted = getattr(result, "parted", -1)
+    if parted is not None and parted >= 0:
+        fig.add_vline(x=parted, line_dash="dash", line_color="#D55E00", annotation_text=f"paths part at step {parted}",
+                      annotation_position="top left")
+    return base_layout(fig, title, "step", "loss")

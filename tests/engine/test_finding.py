@@ -1,0 +1,122 @@
+"""A failing verdict's finding: the comparison that failed, whatever upstream showed it. Every number
+and picture beside a failing verdict comes from it, so a card never says "right" beside "fail"."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from gradient_lab.engine.finding import KINDS
+from gradient_lab.present.cards import card
+from gradient_lab.present.figures.cards import card_figure
+from gradient_lab.testing import check_gradients
+from tests.specimens import zoo
+
+
+class Softmax(torch.autograd.Function):
+    """A row softmax; its backward is the one argument that changes per specimen."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = torch.softmax(x, -1)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return y * (g - (g * y).sum(-1, keepdim=True))
+
+
+class SoftmaxIgnoresGradOutput(Softmax):
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        ones = torch.ones_like(g)
+        return y * (ones - (ones * y).sum(-1, keepdim=True))  # grad_output ignored: right for the loss's ones
+
+
+class SoftmaxAveragesGradOutput(Softmax):
+    @staticmethod
+    def backward(ctx, g):
+        return Softmax.backward(ctx, g.mean().expand_as(g))
+
+
+class SoftmaxRollsRows(Softmax):
+    @staticmethod
+    def backward(ctx, g):
+        return Softmax.backward(ctx, g.roll(1, 0))  # reads the previous row's grad_output
+
+
+class StraightThroughClamp(torch.autograd.Function):
+    """clamp(x, -0.5, 0.5) whose backward passes every gradient through: wrong off the clamp's pattern."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clamp(-0.5, 0.5)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+def _x():
+    return torch.randn(6, 8, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+
+
+BROKEN = [
+    (SoftmaxIgnoresGradOutput, lambda x: torch.softmax(x, -1), _x),
+    (SoftmaxAveragesGradOutput, lambda x: torch.softmax(x, -1), _x),
+    (SoftmaxRollsRows, lambda x: torch.softmax(x, -1), _x),
+    (StraightThroughClamp, lambda x: x.clamp(-0.5, 0.5), _x),
+    *[(s.function, s.reference, s.inputs) for s in zoo.WRONG],
+]
+
+
+@pytest.mark.parametrize("function, reference, inputs", BROKEN, ids=[f.__name__ for f, _, _ in BROKEN])
+def test_a_failing_card_shows_the_error_its_verdict_found(function, reference, inputs):
+    report = check_gradients(function, inputs(), reference=reference, conditions="none", training=0, order=2)
+    if report.verdict.passed:  # a bug of the double backward alone: the first order is right, and its card says so
+        assert report.second_order.failed and report.verdict.found is None
+        return
+    assert report.verdict.outcome == "fail"
+    found = report.verdict.found
+    assert found is not None and found.kind in KINDS
+    assert found.wrong > 0  # the evidence holds the values the verdict found wrong
+    shown = card(report)
+    worst = next(n for n in shown.numbers if n.label == "worst error")
+    # not "right": out of tolerance (a zero upstream must give exactly 0, so any error is one)
+    assert found.worst_error > (0 if found.kind == "zero upstream" else report.tolerances.atol)
+    if math.isfinite(found.worst_error):
+        assert float(worst.value.rstrip("×")) == pytest.approx(found.worst_error, rel=0.5)  # as rounded for the card
+    else:
+        assert worst.value == "not finite"
+    svg = card_figure(shown, report)
+    assert svg is not None
+    if shown.picture == "scatter":  # its count of wrong values is the finding's
+        assert f"aria-label='{found.wrong:,} of" in svg
+    else:
+        assert "darkest: 0'" not in svg
+
+
+def test_the_maps_show_the_upstream_that_exposed_a_backward_that_ignores_grad_output():
+    report = check_gradients(SoftmaxIgnoresGradOutput, _x(), reference=lambda x: torch.softmax(x, -1), conditions="none", training=0)
+    assert report.upstream == "finding"
+    gradients = report.inputs[0].gradients
+    assert np.abs(gradients["analytic"] - gradients["reference"]).max() > 1e-3  # the maps show it wrong, as the verdict says
+    assert report.verdict.found is not None
+
+
+def test_a_passing_verdict_has_no_finding_and_its_card_shows_what_was_covered():
+    report = check_gradients(Softmax, _x(), reference=lambda x: torch.softmax(x, -1), conditions="none", training=0)
+    assert report.verdict.passed and report.verdict.found is None and report.upstream == "loss"
+    numbers = {n.label: n.value for n in card(report).numbers}
+    assert numbers["entries checked"] == f"{48 * 48:,}"
+
+
+def test_the_finding_is_written_once_from_its_facts():
+    report = check_gradients(SoftmaxRollsRows, _x(), reference=lambda x: torch.softmax(x, -1), conditions="none", training=0)
+    found = report.verdict.found
+    assert report.verdict.finding == found.describe()
+    assert found.at in found.describe() and math.isfinite(found.formula)
