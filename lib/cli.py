@@ -48,7 +48,7 @@ from .engine.parity import PATH_KEYS, paths_of
 from .engine.second_order import FAILING
 from .contract.conformance import Check
 from .errors import LabError
-from .present.cards import OWN_LINES, stage_lines
+from .present.cards import stage_lines
 from .present.report_data import determinism_data, parity_data, summary
 from .app.family import get_family
 from .testing import failure_message, precision_lines
@@ -318,15 +318,6 @@ def junit_xml(results: Sequence[FormulaResult]) -> str:
                 ElementTree.SubElement(sub, "failure", message=_cut(c.finding, 300), type=f"parity {c.outcome}").text = c.finding
             elif c.outcome != "agrees":
                 ElementTree.SubElement(sub, "skipped", message=f"{c.outcome}: {_cut(c.finding or c.error, 200)}")
-        for name, result in (r.report.stages.items() if r.report is not None else ()):  # the other stages: one case each
-            if name in OWN_LINES:
-                continue
-            sub = ElementTree.SubElement(suite, "testcase", classname=f"gradient_lab.{r.family}.{r.formula}", name=name.replace("_", " "),
-                                         time="0")
-            if result.outcome != "pass" and r.correct:
-                ElementTree.SubElement(sub, "failure", message=_cut(result.describe(), 300), type=f"{name} {result.outcome}").text = result.describe()
-            elif result.outcome != "pass":
-                ElementTree.SubElement(sub, "skipped", message=f"{result.outcome}: {_cut(result.describe(), 200)}")
     suite.set("tests", str(len(suite)))
     suite.set("failures", str(sum(1 for t in suite for child in t if child.tag == "failure")))
     suite.set("skipped", str(sum(1 for t in suite for child in t if child.tag == "skipped")))

@@ -61,7 +61,7 @@ with ui.guard("This page"):
                    f"{report.tolerances.rtol:g}·|b|): {plan_sources(report)}. "
                    f"{f'Float64 on the {report.dtype} values' if report.precision else report.dtype} on {report.device}. "
                    + (f"The maps below draw the gradient for {report.verdict.found.shown_by}, the upstream that showed the failure "
-                      f"(the sidebar's {UPSTREAM_WORDS[case.upstream]} one hides it)." if report.upstream == "finding" else
+                      f"(the sidebar's {UPSTREAM_WORDS[case.upstream]} one hides it)." if report.upstream == "finding" and report.verdict.found is not None else
                       f"The maps below draw the gradient for the {UPSTREAM_WORDS[report.upstream]} upstream gradient (sidebar)."))
         for note in report.notes:
             st.warning(note, icon=":material/warning:")
@@ -71,15 +71,6 @@ with ui.guard("This page"):
             st.stop()
         if report.failure:
             st.error(f"The formula raised {report.failure}. Its gradients are blank below; the reference's are shown.", icon=":material/error:")
-
-    # ---- the other stages (does it train, …): each its line and its curves ----------------------------
-    for name, stage in (report.stages.items() if report is not None else ()):
-        if name not in OWN_LINES:
-            with st.expander(f"{stage_title(name)}: {stage.outcome}", expanded=stage.outcome != "pass"):
-                st.markdown(ui.sentence(stage.describe()[0].upper() + stage.describe()[1:]) + ".")
-                figure = stage_curves(stage, stage_title(name))
-                if figure is not None:
-                    ui.chart(figure, key=f"stage_{name}")
 
     # ---- the conditions: where the Function will really run -----------------------------------------
     if report is not None and report.conditions is not None:
@@ -326,3 +317,12 @@ with ui.guard("This page"):
                    "the formula is imported from the module that defines it; it needs nothing but torch and that module.")
         st.code(snippet, language="python", height=480)
         ui.download("Download the script (.py)", snippet, file_name(case, formula), key="check_download_script")
+
+    # ---- the other stages (does it train, …): each its line and its curves ----------------------------
+    for name, stage in (report.stages.items() if report is not None else ()):
+        if name not in OWN_LINES:
+            with st.expander(f"{stage_title(name)}: {stage.outcome}", expanded=stage.outcome != "pass"):
+                st.markdown(ui.sentence(stage.describe()[0].upper() + stage.describe()[1:]) + ".")
+                figure = stage_curves(stage, stage_title(name))
+                if figure is not None:
+                    ui.chart(figure, key=f"stage_{name}")

@@ -16,7 +16,7 @@ from tests.registry import families_kept
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = str(ROOT / "examples" / "my_functions.py")
-BROKEN = str(ROOT / "tests" / "fixtures" / "broken_correct.py")
+BROKEN = str(ROOT / "tests" / "specimens" / "modules" / "broken_correct.py")
 
 
 @pytest.fixture(autouse=True)
@@ -50,7 +50,7 @@ def test_a_broken_correct_formula_exits_1_and_names_its_bug(capsys):
 
 
 def test_a_module_that_fails_to_import_exits_2_with_the_loaders_message(capsys):
-    assert cli.main(["check", str(ROOT / "tests" / "fixtures" / "broken_import.py")]) == 2
+    assert cli.main(["check", str(ROOT / "tests" / "specimens" / "modules" / "broken_import.py")]) == 2
     done = capsys.readouterr()
     assert not done.out and done.err.startswith("gradient lab: cannot check ")
     assert "ImportError: this module needs a package that is not installed (broken_import.py, line 3)" in done.err
@@ -123,7 +123,7 @@ def test_progress_goes_to_stderr_only_after_a_second(capsys):
 
 
 def test_a_broken_function_contract_is_named_and_fails_a_correct_formula(capsys):
-    contract = str(ROOT / "tests" / "fixtures" / "contract_breakers.py")
+    contract = str(ROOT / "tests" / "specimens" / "modules" / "contract_breakers.py")
     assert cli.main(["check", contract, "--format", "json", "--shape", "3,4"]) == 0  # the one declared correct keeps the contract
     by_name = {f["formula"]: f for f in json.loads(capsys.readouterr().out)["formulas"]}
     assert by_name["good"]["contract"] == [] and by_name["good"]["status"] == "ok"
@@ -132,7 +132,7 @@ def test_a_broken_function_contract_is_named_and_fails_a_correct_formula(capsys)
     assert kept_on_ctx.status == "FAILED" and "contract: tensors are saved" in cli.text_table([kept_on_ctx])
 
 
-AS_SHIPPED = str(ROOT / "tests" / "fixtures" / "as_shipped.py")
+AS_SHIPPED = str(ROOT / "tests" / "specimens" / "modules" / "as_shipped.py")
 
 
 def test_functions_as_shipped_pass_as_declared_and_the_json_says_which_truth_and_why(capsys):
@@ -156,7 +156,7 @@ def test_order_1_leaves_the_second_order_unchecked(capsys):
     assert formula["report"]["second order"]["outcome"] == "not checked" and "order=1" in formula["report"]["second order"]["verdict"]
 
 
-PARITY_OPS = str(ROOT / "tests" / "fixtures" / "parity_ops.py")
+PARITY_OPS = str(ROOT / "tests" / "specimens" / "modules" / "parity_ops.py")
 
 
 def test_parity_gives_each_formula_its_grid_in_json_junit_and_text(capsys):
@@ -186,7 +186,7 @@ def test_parity_gives_each_formula_its_grid_in_json_junit_and_text(capsys):
 
 def test_a_correct_formula_that_differs_under_one_path_fails_the_check(capsys, tmp_path):
     module = tmp_path / "fallback.py"
-    module.write_text("import torch\nfrom gradient_lab import declare\nfrom tests import parity_zoo as zoo\n"
+    module.write_text("import torch\nfrom gradient_lab import declare\nfrom tests.specimens import parity as zoo\n"
                       "declare('fallback', {'sine': zoo.FallbackUnderCompile}, reference=torch.sin, correct=('sine',), order=1)\n")
     assert cli.main(["check", str(module), "--shape", "4,3", "--conditions", "none", "--parity", "aot_eager"]) == 1
     assert "differs under torch.compile (aot_eager): the gradient at x[" in capsys.readouterr().out
@@ -194,7 +194,7 @@ def test_a_correct_formula_that_differs_under_one_path_fails_the_check(capsys, t
     assert "unknown parity path 'jit'" in capsys.readouterr().err
 
 
-PRECISION = str(ROOT / "tests" / "fixtures" / "precision_functions.py")
+PRECISION = str(ROOT / "tests" / "specimens" / "modules" / "precision_functions.py")
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
@@ -221,7 +221,7 @@ def test_dtype_below_float64_gives_each_formula_its_precision_verdict_in_json_te
 
 def test_a_numerically_poor_formula_declared_correct_fails_the_check(capsys, tmp_path):
     module = tmp_path / "poor.py"
-    module.write_text(f"import sys\nsys.path.insert(0, {str(ROOT / 'tests' / 'fixtures')!r})\n"
+    module.write_text(f"import sys\nsys.path.insert(0, {str(ROOT / 'tests' / 'specimens' / 'modules')!r})\n"
                       "from gradient_lab import declare\nimport precision_functions as pf\n"
                       "declare('poor cumsum', {'carry in dtype': pf.LowCarryCumsum}, reference=lambda x: x.cumsum(-1),"
                       " correct=('carry in dtype',), loss=pf._weighted)\n")
@@ -230,7 +230,7 @@ def test_a_numerically_poor_formula_declared_correct_fails_the_check(capsys, tmp
     assert "FAILED poor cumsum / carry in dtype" in capsys.readouterr().out
 
 
-DETERMINISM = str(ROOT / "tests" / "fixtures" / "determinism_functions.py")
+DETERMINISM = str(ROOT / "tests" / "specimens" / "modules" / "determinism_functions.py")
 
 
 def test_determinism_gives_each_formula_its_line_and_json(capsys):
@@ -251,7 +251,7 @@ def test_determinism_gives_each_formula_its_line_and_json(capsys):
 
 def test_a_gradient_that_is_not_finite_says_where_it_was_born_in_text_and_json(capsys, tmp_path):
     module = tmp_path / "nan.py"
-    module.write_text(f"import sys\nsys.path.insert(0, {str(ROOT / 'tests' / 'fixtures')!r})\n"
+    module.write_text(f"import sys\nsys.path.insert(0, {str(ROOT / 'tests' / 'specimens' / 'modules')!r})\n"
                       "import torch\nfrom gradient_lab import declare\nimport nan_functions as nf\n"
                       "declare('over zero', {'divides': nf.OverZero}, reference=lambda x: x * 1.0, correct=('divides',),"
                       " build_inputs=lambda shape, **_: (nf.inputs_for('OverZero'),))\n")

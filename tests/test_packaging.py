@@ -84,7 +84,7 @@ def test_installed_it_checks_a_users_module_beside_the_users_own_lib_package(ins
     (tmp_path / "lib").mkdir()  # the user's project has a lib/ of its own: it must not shadow Gradient Lab
     (tmp_path / "lib" / "__init__.py").write_text("MINE = True\n")
     (tmp_path / "my_functions.py").write_text((ROOT / "examples" / "my_functions.py").read_text())
-    (tmp_path / "wrong.py").write_text((ROOT / "tests" / "fixtures" / "broken_correct.py").read_text())
+    (tmp_path / "wrong.py").write_text((ROOT / "tests" / "specimens" / "modules" / "broken_correct.py").read_text())
     found = run_installed(venv, tmp_path, "python", "-c", "import gradient_lab, lib; from gradient_lab import assert_gradients_match, "
                           "check_gradients, declare; print(gradient_lab.__file__, lib.MINE)")
     assert found.returncode == 0 and found.stdout.startswith(str(venv)) and "True" in found.stdout, found.stderr

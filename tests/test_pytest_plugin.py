@@ -69,7 +69,7 @@ def test_without_the_option_no_report_is_written(pytester):
 
 
 def test_the_fixture_checks_a_modules_families_and_fails_on_a_correct_formula_that_fails(pytester):
-    example, broken = ROOT / "examples" / "my_functions.py", ROOT / "tests" / "fixtures" / "broken_correct.py"
+    example, broken = ROOT / "examples" / "my_functions.py", ROOT / "tests" / "specimens" / "modules" / "broken_correct.py"
     pytester.makepyfile(test_modules=f'''
 def test_example(gradient_lab_check):
     results = gradient_lab_check({str(example)!r}, family="swish", shape=(3, 4))

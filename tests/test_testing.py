@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from gradient_lab.testing import assert_gradients_match, check_gradients
-from tests import zoo
+from tests.specimens import zoo
 
 
 @pytest.mark.parametrize("with_reference", [True, False], ids=["reference", "no reference"])
@@ -15,7 +15,7 @@ def test_the_message_names_the_bug(specimen, with_reference):
     with pytest.raises(AssertionError) as raised:
         assert_gradients_match(specimen.function, specimen.inputs(), reference=specimen.reference if with_reference else None, order=2)
     message = " ".join(str(raised.value).split())  # the message is wrapped at 100 columns
-    report = check_gradients(specimen.function, specimen.inputs(), reference=specimen.reference if with_reference else None)
+    report = check_gradients(specimen.function, specimen.inputs(), reference=specimen.reference if with_reference else None, order=2)
     named = [f for f in report.diagnosis.findings if f.kind == specimen.diagnosis]
     assert named and named[0].words in message, message
     assert message.startswith(f"gradients of {specimen.function.__name__} do not match")
@@ -91,17 +91,17 @@ def test_bad_arguments_are_refused_in_words():
 
 
 def test_a_straight_through_estimator_passes_against_its_declared_surrogate_and_fails_without_it():
-    from tests import shipped
+    from tests.specimens.corpus import cases, functions as corpus
 
     x = torch.randn(4, 8, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
-    report = assert_gradients_match(shipped.StraightThroughRound, x, surrogate=shipped.straight_through_surrogate)
+    report = assert_gradients_match(corpus.StraightThroughRound, x, surrogate=cases.straight_through_round)
     assert report.jacobian.coverage.role == "surrogate"
     with pytest.raises(AssertionError, match="surrogate="):  # the message says how to declare the intention
-        assert_gradients_match(shipped.StraightThroughRound, x)
+        assert_gradients_match(corpus.StraightThroughRound, x)
 
 
 def test_parity_true_asserts_the_gradient_however_it_is_run():
-    from tests import parity_zoo as zoo
+    from tests.specimens import parity as zoo
 
     report = assert_gradients_match(zoo.Sine.apply, zoo._x(), zoo.sine, parity=["eager", "aot_eager", "vmap"], conditions="none")
     assert [c.outcome for c in report.parity.cells] == ["agrees"] * 3
@@ -116,7 +116,7 @@ def test_dtype_asserts_the_precision_too_and_the_message_gives_the_tolerances():
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
+    sys.path.insert(0, str(Path(__file__).parent / "specimens" / "modules"))
     import precision_functions as pf
 
     x = torch.randn(8, 16, generator=torch.Generator().manual_seed(1), dtype=torch.float64) * 40

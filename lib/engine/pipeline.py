@@ -440,9 +440,9 @@ def first_order(problem: Problem, options: CheckOptions, plans: Sequence[Differe
         comparisons, tolerances, trusted, jacobian.second_looked,
         [_gradient_noise(checked.function, checked.inputs, p, e.upstream, options.budget_bytes) for p in e.plans], jacobian.scales, checked.role)
     redrawn = False
-    if jacobian is not None and not jacobian.passed and drawn is None and grad_output is None and not low:
-        # the drawn upstream hides the failure (a backward that ignores grad_output is right for ones):
-        # the maps show the upstream that exposed it
+    if jacobian is not None and jacobian.found is not None and drawn is None and grad_output is None and not low and options.upstream == "loss":
+        # the loss's upstream hides the failure (a backward that ignores grad_output is right for ones):
+        # the maps show the upstream that exposed it (an upstream the user chose is drawn as chosen)
         again = _redrawn(checked, e, jacobian, options)
         if again is not None:
             e, redrawn = again, True

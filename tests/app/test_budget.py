@@ -84,12 +84,12 @@ def test_a_pattern_that_fails_at_the_point_is_refused_before_its_whole_jacobian_
 def test_a_large_pattern_is_counted_once_planned_once_and_a_whole_jacobian_without_one_refused(monkeypatch):
     from gradient_lab.app import guard, views
     from gradient_lab.app.case import Case
-    from gradient_lab.engine import pipeline
+    from gradient_lab.engine import planning
 
     counted, planned = [], []
-    real_count, real_plan = guard.pattern_entries, pipeline.plan_differences
+    real_count, real_plan = guard.pattern_entries, planning.plan_differences
     monkeypatch.setattr(guard, "pattern_entries", lambda *a, **k: counted.append(1) or real_count(*a, **k))
-    monkeypatch.setattr(pipeline, "plan_differences", lambda *a, **k: planned.append(1) or real_plan(*a, **k))
+    monkeypatch.setattr(planning, "plan_differences", lambda *a, **k: planned.append(1) or real_plan(*a, **k))
     monkeypatch.setattr(guard, "_PATTERN_COUNTS", OrderedDict())  # counted afresh, whatever ran before
     # 8,192² whole, 1,048,576 in its pattern; without the conditions, whose changed cases (a few rows) are planned afresh
     case = Case(family="softmax", formulas=("corrected", "batch-sum"), shape=(64, 128), conditions="none")

@@ -13,7 +13,7 @@ from tests.registry import restore
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = str(ROOT / "examples" / "my_functions.py")
-FIXTURES = ROOT / "tests" / "fixtures"
+FIXTURES = ROOT / "tests" / "specimens" / "modules"
 
 
 @pytest.fixture(autouse=True)

@@ -1,12 +1,12 @@
 """gradient_lab.contract.anatomy: what a Function saved and returned, its graph, and every rule of the contract it
-breaks, each named with its tensor or input (tests/contract_zoo.py); nothing for a Function that
+breaks, each named with its tensor or input (tests/specimens/contracts.py); nothing for a Function that
 keeps them."""
 
 import pytest
 import torch
 
 from gradient_lab.contract.anatomy import anatomy, rows_broken, rows_returned, rows_saved
-from tests.contract_zoo import BROKEN, KEPT, Doubled, Good, checkpointed, formula
+from tests.specimens.contracts import BROKEN, KEPT, Doubled, Good, checkpointed, formula
 
 NAMES = ("x", "y")
 

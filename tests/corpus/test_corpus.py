@@ -32,7 +32,7 @@ from torch.autograd.gradcheck import GradcheckError
 
 from gradient_lab.engine import second_order as _second_order
 from gradient_lab.testing import assert_gradients_match, check_gradients
-from tests.corpus.cases import BY_NAME, CASES, Case
+from tests.specimens.corpus.cases import BY_NAME, CASES, Case
 
 Tensor = torch.Tensor
 

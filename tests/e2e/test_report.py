@@ -13,7 +13,7 @@ ROOT = str(Path(__file__).resolve().parents[2])
 
 def test_the_report_draws_offline(tmp_path, page):
     path = tmp_path / "report.html"
-    assert cli.main(["check", f"{ROOT}/tests/fixtures/broken_correct.py", "--report", str(path)]) == 1
+    assert cli.main(["check", f"{ROOT}/tests/specimens/modules/broken_correct.py", "--report", str(path)]) == 1
     requested = []
 
     def offline(route):

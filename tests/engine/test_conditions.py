@@ -16,7 +16,9 @@ from gradient_lab.engine.pipeline import check
 from gradient_lab.engine.report import ConditionResult, Conditions
 from gradient_lab.engine.tolerances import default_tolerances
 from gradient_lab.testing import as_family, check_gradients
-from tests import conditions_zoo as zoo
+from tests.specimens import conditions as zoo
+from tests.specimens.contracts import Good
+from tests.specimens.zoo import RowMax
 from tests.app.functions.test_gallery import GALLERY
 
 F64 = torch.float64
@@ -109,7 +111,7 @@ def test_a_max_that_gives_every_tie_the_gradient_passes_entry_by_entry_and_fails
     (tied,) = C._tied((x[: C.VALUE_ROWS],), [0])
     tolerances = default_tolerances(F64)
     for function, wrong in ((zoo.RowMaxGivesEveryTie.apply, True), (zoo.RowMaxSplitsTies.apply, False),
-                            (zoo.RowMaxPicksFirst.apply, False)):
+                            (RowMax.apply, False)):
         problem = _problem(function, (tied,), zoo.row_max)
         assert check(problem, order=1, conditions="none").verdict.passed  # each entry is a valid one-sided derivative
         assert bool(C._tied_directions(problem, tolerances, 0)) is wrong
@@ -270,7 +272,7 @@ def test_describe_counts_what_ran_by_group():
 
 
 def test_conditions_none_runs_none_and_an_unknown_set_is_refused():
-    problem = _problem(zoo.ProductGatedRight.apply, zoo.PAIR(), zoo.product)
+    problem = _problem(Good.apply, zoo.PAIR(), zoo.product)
     report = check(problem, order=1, conditions="none")
     assert report.conditions is None and report.verdict.passed and report.verdict.conditions == ""
     with pytest.raises(ValueError):

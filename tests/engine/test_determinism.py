@@ -15,7 +15,7 @@ from gradient_lab.app import views
 from gradient_lab.app.case import Case
 from gradient_lab.app.family import get_family
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "fixtures"))
+sys.path.insert(0, str(Path(__file__).parents[1] / "specimens" / "modules"))
 import determinism_functions as zoo  # noqa: E402
 
 GALLERY = ("cosine", "logsumexp", "softmax", "normalize", "softplus", "layernorm", "gelu")

@@ -10,7 +10,7 @@ from gradient_lab.engine.pipeline import compare_gradients
 from gradient_lab.app.family import get_family
 from gradient_lab.explore.perturb import Perturbation
 from gradient_lab.app import views
-from tests import zoo
+from tests.specimens import zoo
 
 
 @pytest.mark.parametrize("with_reference", [True, False], ids=["reference", "no reference"])
@@ -76,7 +76,7 @@ def test_an_empty_pattern_is_diagnosed_without_error():
 # ---- stories that must hold at a second point (issue #24) ---------------------------------------------
 
 from gradient_lab.testing import check_gradients  # noqa: E402
-from tests import shipped  # noqa: E402
+from tests.specimens import shipped  # noqa: E402
 
 
 def test_errors_at_a_transforms_boundary_columns_are_told_by_position_not_by_a_band_of_values():

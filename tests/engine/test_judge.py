@@ -11,7 +11,7 @@ from gradient_lab.engine.pipeline import compare_gradients
 from gradient_lab.app.family import get_family
 from gradient_lab.engine.judge import Coverage, compare_entries, row_colors
 from gradient_lab.engine.tolerances import default_tolerances
-from tests import zoo
+from tests.specimens import zoo
 
 ALL = zoo.WRONG + zoo.RIGHT
 
@@ -150,7 +150,7 @@ def test_a_small_added_term_is_caught_by_the_zero_upstream():
 
 # ---- which truth (issue #24) -----------------------------------------------------------------------
 
-from tests import shipped  # noqa: E402
+from tests.specimens.corpus import cases, functions as corpus  # noqa: E402
 
 X48 = torch.randn(4, 8, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
 
@@ -158,7 +158,7 @@ X48 = torch.randn(4, 8, generator=torch.Generator().manual_seed(5), dtype=torch.
 def test_a_reference_whose_gradient_is_not_forwards_derivative_is_no_truth_and_a_backward_that_follows_it_is_told_to_declare_it():
     from gradient_lab.testing import check_gradients
 
-    report = check_gradients(shipped.StraightThroughRound, X48, reference=shipped.straight_through_surrogate)
+    report = check_gradients(corpus.StraightThroughRound, X48, reference=cases.straight_through_round)
     coverage = report.jacobian.coverage
     assert coverage.unreproduced == ("x",) and coverage.truths == ("numerical",) and not report.verdict.passed
     assert report.jacobian.follows_foreign == ("x",) and report.diagnosis.findings[0].kind == "surrogate"
@@ -168,7 +168,7 @@ def test_a_reference_whose_gradient_is_not_forwards_derivative_is_no_truth_and_a
 def test_a_backward_on_a_locally_constant_forward_names_the_entry_where_the_truth_is_zero_and_not_mixing():
     from gradient_lab.testing import check_gradients
 
-    report = check_gradients(shipped.StraightThroughRound, X48)  # no reference: finite differences, all 0
+    report = check_gradients(corpus.StraightThroughRound, X48)  # no reference: finite differences, all 0
     off = report.jacobian.off_pattern
     assert report.jacobian.coverage.structural == 0 and report.jacobian.linear
     assert off is not None and off.row == off.col and off.value == pytest.approx(1.0)  # ∂round(x)ᵢ/∂xᵢ given as 1

@@ -8,7 +8,7 @@ import torch
 
 from gradient_lab.engine.pipeline import compare_gradients
 from gradient_lab.app.family import Family, Formula
-from tests import zoo
+from tests.specimens import zoo
 
 
 class ReluTwiceAtZero(zoo.Relu):

@@ -13,7 +13,7 @@ from gradient_lab.engine.pipeline import compare_gradients, default_tolerances
 from gradient_lab.explore.step_sweep import step_sweep
 from gradient_lab.app.family import get_family
 from gradient_lab.engine.planning import CHECK_DIRECTIONS
-from tests.toys import broken_square_family, dense_family, reaching_family
+from tests.specimens.toys import broken_square_family, dense_family, reaching_family
 
 F64 = torch.float64
 COSINE = get_family("cosine")
@@ -234,7 +234,9 @@ def test_the_taylor_test_falls_like_h_squared_for_a_right_backward_and_plateaus_
 # ---- Functions as they ship (issue #24) --------------------------------------------------------------
 
 from gradient_lab.testing import check_gradients  # noqa: E402
-from tests import shipped  # noqa: E402
+from tests.specimens import shipped  # noqa: E402
+from tests.specimens.conditions import ProductUnboundWhenAlone  # noqa: E402
+from tests.specimens.corpus import cases, functions as corpus  # noqa: E402
 
 X48 = torch.randn(4, 8, generator=torch.Generator().manual_seed(5), dtype=F64)
 
@@ -249,7 +251,7 @@ def test_a_forward_that_differs_from_its_reference_is_the_finding_and_its_backwa
 def test_a_backward_that_raises_only_when_one_input_needs_a_gradient_is_the_formulas_failure_with_its_condition():
     for shape in ((2, 3), (16, 32)):  # small enough for the drawn Jacobians, and not
         x = torch.randn(shape, dtype=F64)
-        report = check_gradients(shipped.ProductNeedsBoth, (x, x.flip(0)))
+        report = check_gradients(ProductUnboundWhenAlone, (x, x.flip(0)))
         failure = report.verdict.failure  # the plain verdict passes: the condition alone fails it, and is named
         assert report.failure is None and report.jacobian.passed
         assert failure.stage == "backward" and failure.kind == "UnboundLocalError"
@@ -258,13 +260,13 @@ def test_a_backward_that_raises_only_when_one_input_needs_a_gradient_is_the_form
 
 
 def test_a_backward_that_edits_its_saved_tensor_fails_when_called_again_on_the_graph_and_never_crashes():
-    report = check_gradients(shipped.ExpEditsSaved, X48)
+    report = check_gradients(corpus.ExpSavedEditedInPlace, X48)
     assert report.failure.stage == "backward" and "inplace" in report.failure.message
     assert "retain_graph" in report.failure.when and report.verdict.outcome == "fail"
 
 
-@pytest.mark.parametrize("function, surrogate", [(shipped.StraightThroughRound, shipped.straight_through_surrogate),
-                                                 (shipped.GradientReversal, shipped.reversal_surrogate)])
+@pytest.mark.parametrize("function, surrogate", [(corpus.StraightThroughRound, cases.straight_through_round),
+                                                 (lambda x: corpus.GradientReversal.apply(x, cases.LAMBDA), cases.reversal)])
 def test_a_declared_surrogate_is_the_only_truth_and_the_verdict_says_so(function, surrogate):
     report = check_gradients(function, X48, surrogate=surrogate)
     assert report.verdict.passed, report.verdict.summary
@@ -277,13 +279,13 @@ def test_a_declared_surrogate_is_the_only_truth_and_the_verdict_says_so(function
 
 
 def test_a_surrogates_forward_must_be_the_formulas():
-    report = check_gradients(shipped.StraightThroughRound, X48, surrogate=lambda x: x)
+    report = check_gradients(corpus.StraightThroughRound, X48, surrogate=lambda x: x)
     assert report.verdict.outcome == "fail" and report.verdict.forward.startswith("the formula's forward differs from the declared surrogate's")
 
 
 def test_once_differentiable_is_not_differentiable_twice_by_design_and_order_1_leaves_the_second_order_unchecked():
     x = X48.clone()
-    report = check_gradients(shipped.SoftplusOnce, x, reference=torch.nn.functional.softplus)
+    report = check_gradients(corpus.SoftplusOnce, x, reference=torch.nn.functional.softplus, order=2)
     assert report.verdict.passed and report.second_order.outcome == "by design" and report.passed(order=2)
-    once = check_gradients(shipped.SoftplusOnce, x, reference=torch.nn.functional.softplus, order=1)
+    once = check_gradients(corpus.SoftplusOnce, x, reference=torch.nn.functional.softplus, order=1)
     assert once.second_order.outcome == "not checked" and "order=1" in once.second_order.summary

@@ -7,7 +7,7 @@ import torch
 from gradient_lab.app.functions.cosine import FORMULAS, cosine_reference
 from gradient_lab.engine.planning import CHECK_DIRECTIONS, color_columns, is_valid_coloring, jacobian_patterns, plan_differences
 from gradient_lab.engine.evaluate import numerical_gradient, numerical_jacobian
-from tests.toys import ScaledBySum
+from tests.specimens.toys import ScaledBySum
 
 F64 = torch.float64
 

@@ -21,7 +21,7 @@ from gradient_lab.engine.pipeline import exact_problem, wrong_inputs
 from gradient_lab.explore.perturb import Perturbation
 from gradient_lab.testing import check_gradients
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "fixtures"))
+sys.path.insert(0, str(Path(__file__).parents[1] / "specimens" / "modules"))
 import precision_functions as zoo  # noqa: E402
 
 LOW = ("float32", "bfloat16", "float16")

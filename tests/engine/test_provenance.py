@@ -15,7 +15,7 @@ from gradient_lab.engine.provenance import FIXES, trace_non_finite
 from gradient_lab.explore.perturb import Perturbation
 from gradient_lab.testing import assert_gradients_match, check_gradients
 
-FIXTURES = Path(__file__).parents[1] / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "specimens" / "modules"
 sys.path.insert(0, str(FIXTURES))
 import nan_functions as nf  # noqa: E402
 

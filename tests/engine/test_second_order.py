@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from gradient_lab.engine.second_order import check_second_order
 from gradient_lab.engine.tolerances import default_tolerances
-from tests import zoo
+from tests.specimens import zoo
 
 KNEES = (-3.0, 3.0)
 

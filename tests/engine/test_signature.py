@@ -133,7 +133,7 @@ def test_the_builtin_gallery_keeps_its_one_output_shape():
 def test_the_command_line_gives_a_failed_row_not_a_traceback_for_a_forward_that_raises(capsys):
     from gradient_lab import cli
 
-    fixture = str(Path(__file__).resolve().parents[1] / "fixtures" / "raising_without_reference.py")
+    fixture = str(Path(__file__).resolve().parents[1] / "specimens" / "modules" / "raising_without_reference.py")
     results = cli.check_module(fixture)
     assert [(r.status, r.outcome) for r in results] == [("FAILED", "fail")]
     assert results[0].report.failure.kind == "NotImplementedError"
@@ -153,7 +153,7 @@ def test_the_pages_views_say_a_raising_forward_is_the_formulas_not_a_bug_in_grad
     from gradient_lab.app.case import Case
     from gradient_lab.errors import FormulaError
 
-    fixture = str(Path(__file__).resolve().parents[1] / "fixtures" / "raising_without_reference.py")
+    fixture = str(Path(__file__).resolve().parents[1] / "specimens" / "modules" / "raising_without_reference.py")
     assert plugins.load(fixture).error is None
     case = Case(family="unfinished", formulas=("unfinished",), shape=(3, 4))
     for view, arguments in ((views.surface, (views.PlaneSpec(), 11, 1.0)), (views.training, (views.PlaneSpec(), "SGD", 0.1, 3))):

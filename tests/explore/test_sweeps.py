@@ -11,7 +11,7 @@ from gradient_lab.app.case import Case
 from gradient_lab.errors import LabError
 from gradient_lab.explore.perturb import Perturbation
 from gradient_lab.explore.sweeps import METRICS, SWEEPS, perturbation_sweep, point_case, sweep_bytes
-from tests.toys import broken_square_family
+from tests.specimens.toys import broken_square_family
 
 COSINE = Case(formulas=("tutorial", "sign-fixed", "norm-fixed", "corrected"), shape=(6, 5))
 

@@ -8,12 +8,12 @@ import pytest
 from gradient_lab.app import plugins
 from gradient_lab.app.family import families
 from gradient_lab.ui.compute import INTERNAL_ERROR
-from tests.contract_zoo import BROKEN
+from tests.specimens.contracts import BROKEN
 from tests.pages.conftest import app
 from tests.registry import restore
 
 PAGE = "pages/6_Anatomy.py"
-MODULE = str(Path(__file__).resolve().parents[1] / "fixtures" / "contract_breakers.py")
+MODULE = str(Path(__file__).resolve().parents[1] / "specimens" / "modules" / "contract_breakers.py")
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ from tests.pages.conftest import app
 from tests.registry import restore
 
 ROOT = Path(__file__).resolve().parents[2]
-MODULES = [str(ROOT / "examples" / "my_functions.py"), str(ROOT / "tests" / "fixtures" / "two_inputs.py"),
-           str(ROOT / "tests" / "fixtures" / "raising_without_reference.py")]
+MODULES = [str(ROOT / "examples" / "my_functions.py"), str(ROOT / "tests" / "specimens" / "modules" / "two_inputs.py"),
+           str(ROOT / "tests" / "specimens" / "modules" / "raising_without_reference.py")]
 PAGES = [None, "pages/1_Gradient_check.py", "pages/2_Gradient_field.py", "pages/3_Loss_surface.py",
          "pages/4_Perturbation_lab.py", "pages/5_Training.py", "pages/6_Anatomy.py"]
 SMALL = {"rows": "3", "features": "4"}

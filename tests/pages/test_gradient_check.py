@@ -58,8 +58,8 @@ def test_fresh_start_shows_the_verdict_maps_table_jacobians_downloads_and_script
     shown = titles(at)
     assert any("Diagnosis" == h.value for h in at.subheader)
     assert "each Jacobian entry, the formula's backward against" in shown[0]
-    shown = shown[1:]  # after the diagnosis's scatter, the maps
-    assert len(shown) == 4
+    shown = shown[1:]  # after the diagnosis's scatter, the maps, then the stages' curves (does it train)
+    assert len(shown) == 5 and shown[4] == "Does it train"
     assert "Gradient of the loss w.r.t. x1 (8, 16)" in shown[0] and "signed error analytic − reference" in shown[1]
     assert "distribution of |analytic − reference|" in shown[2] and "Jacobian d output / d x1" in shown[3]
     assert len(at.dataframe) == 1 and len(at.dataframe[0].value) == 10  # the worst elements
@@ -174,7 +174,7 @@ def test_the_colour_scale_can_be_per_panel_so_the_true_gradient_shows():
 def test_the_conditions_table_names_each_condition_and_its_outcome(monkeypatch):
     from pathlib import Path
 
-    monkeypatch.setenv("GRADIENT_LAB_FUNCTIONS", str(Path(__file__).parents[1] / "fixtures" / "condition_bugs.py"))
+    monkeypatch.setenv("GRADIENT_LAB_FUNCTIONS", str(Path(__file__).parents[1] / "specimens" / "modules" / "condition_bugs.py"))
     at = app("pages/1_Gradient_check.py", family="product", check_formula="strided")
     assert not at.exception
     table = at.table[0].value
@@ -189,7 +189,7 @@ def test_the_conditions_table_names_each_condition_and_its_outcome(monkeypatch):
 def test_the_parity_grid_is_opt_in_and_names_the_path_that_differs_with_its_error_map(monkeypatch):
     from pathlib import Path
 
-    monkeypatch.setenv("GRADIENT_LAB_FUNCTIONS", str(Path(__file__).parents[1] / "fixtures" / "parity_ops.py"))
+    monkeypatch.setenv("GRADIENT_LAB_FUNCTIONS", str(Path(__file__).parents[1] / "specimens" / "modules" / "parity_ops.py"))
     at = app("pages/1_Gradient_check.py", family="parity sine", check_formula="fallback under compile", shape="4,3")
     assert not at.exception and not [d for d in at.dataframe if "way of running it" in d.value.columns]  # off: nothing compiled
     at = app("pages/1_Gradient_check.py", family="parity sine", check_formula="fallback under compile", check_parity="true")
@@ -222,7 +222,7 @@ def test_below_float64_the_precision_section_shows_the_ratio_its_figures_and_a_t
 def test_determinism_is_opt_in_and_names_the_spread_and_the_batch_dependence(monkeypatch):
     from pathlib import Path
 
-    monkeypatch.setenv("GRADIENT_LAB_FUNCTIONS", str(Path(__file__).parents[1] / "fixtures" / "determinism_functions.py"))
+    monkeypatch.setenv("GRADIENT_LAB_FUNCTIONS", str(Path(__file__).parents[1] / "specimens" / "modules" / "determinism_functions.py"))
     at = app(PAGE, family="repeat scaled", check_formula="shuffled accumulation")
     assert not at.exception and any("Determinism" in h.value for h in at.subheader) and not has(at, "spread over")
     at = app(PAGE, family="repeat scaled", check_formula="shuffled accumulation", check_determinism="true")
@@ -239,7 +239,7 @@ def test_a_gradient_that_is_not_finite_shows_where_it_was_born(monkeypatch):
 
     at = app(PAGE, family="normalize", check_formula="unclamped")
     assert "Where the NaN or Inf was born" not in [h.value for h in at.subheader]  # finite: nothing traced
-    monkeypatch.setenv("GRADIENT_LAB_FUNCTIONS", str(Path(__file__).parents[1] / "fixtures" / "nan_families.py"))
+    monkeypatch.setenv("GRADIENT_LAB_FUNCTIONS", str(Path(__file__).parents[1] / "specimens" / "modules" / "nan_families.py"))
     at = app(PAGE, family="nan over zero", check_formula="divides")
     assert not at.exception and "Where the NaN or Inf was born" in [h.value for h in at.subheader]
     (born,) = [e.value for e in at.error if e.value.startswith("**Born** in `aten.")]

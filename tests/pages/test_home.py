@@ -133,7 +133,7 @@ def test_a_3d_shape_where_the_tutorial_raises_says_so():
 def test_each_card_says_which_conditions_its_formula_fails_under(monkeypatch):
     from pathlib import Path
 
-    monkeypatch.setenv("GRADIENT_LAB_FUNCTIONS", str(Path(__file__).parents[1] / "fixtures" / "condition_bugs.py"))
+    monkeypatch.setenv("GRADIENT_LAB_FUNCTIONS", str(Path(__file__).parents[1] / "specimens" / "modules" / "condition_bugs.py"))
     at = app(family="product")
     assert not at.exception
     shown = [m.value for m in at.markdown if "conditions" in m.value and "badge[" in m.value]

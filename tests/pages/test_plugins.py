@@ -51,7 +51,7 @@ def test_every_page_works_on_a_loaded_family_or_says_why_not(monkeypatch, page):
 
 
 def test_a_broken_module_is_named_and_the_rest_keeps_working(monkeypatch):
-    monkeypatch.setenv("GRADIENT_LAB_FUNCTIONS", f"{ROOT / 'tests/fixtures/broken_import.py'},{EXAMPLE}")
+    monkeypatch.setenv("GRADIENT_LAB_FUNCTIONS", f"{ROOT / 'tests/specimens/modules/broken_import.py'},{EXAMPLE}")
     at = app()
     assert not at.exception
     said = " ".join(messages(at))

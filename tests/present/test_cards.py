@@ -8,7 +8,8 @@ from gradient_lab.app.family import get_family
 from gradient_lab.engine.pipeline import compare_gradients
 from gradient_lab.present.cards import HEADLINE_WORDS, PICTURES, card
 from gradient_lab.testing import check_gradients
-from tests import shipped
+from tests.specimens import shipped
+from tests.specimens.conditions import ProductUnboundWhenAlone
 
 COSINE = get_family("cosine")
 INPUTS = COSINE.build_inputs((8, 16), seed=0)
@@ -41,7 +42,7 @@ def test_a_story_about_where_it_is_wrong_is_drawn_as_the_error_map():
 
 def test_a_formula_that_raises_says_where_in_its_headline():
     x = torch.randn(3, 4, dtype=torch.float64)
-    shown = card(check_gradients(shipped.ProductNeedsBoth, (x, x.flip(0))))
+    shown = card(check_gradients(ProductUnboundWhenAlone, (x, x.flip(0))))
     assert shown.headline == "Raises UnboundLocalError in backward when only x2 requires a gradient"
     assert any(line.startswith("It fails when only x2 requires a gradient: the formula raised in backward") for line in shown.details)
     assert shown.conditions[0] == "fail" and "only x2 requires a gradient" in shown.conditions[1]
@@ -72,7 +73,7 @@ def _precision_report(family: str, formula: str, dtype: str):
     from gradient_lab.app import views
     from gradient_lab.app.case import Case
 
-    sys.path.insert(0, str(Path(__file__).parents[1] / "fixtures"))
+    sys.path.insert(0, str(Path(__file__).parents[1] / "specimens" / "modules"))
     import precision_functions
 
     precision_functions.register_all()

@@ -26,8 +26,8 @@ from gradient_lab.present.reproduce import REPOSITORY, case_source, file_name, p
 from tests.registry import families_kept, restore
 
 EXAMPLE = REPOSITORY / "examples" / "my_functions.py"
-FIXTURE = REPOSITORY / "tests" / "fixtures" / "plain_functions.py"
-AS_SHIPPED = REPOSITORY / "tests" / "fixtures" / "as_shipped.py"  # a classmethod Function taking dim by position, and lambdas
+FIXTURE = REPOSITORY / "tests" / "specimens" / "modules" / "plain_functions.py"
+AS_SHIPPED = REPOSITORY / "tests" / "specimens" / "modules" / "as_shipped.py"  # a classmethod Function taking dim by position, and lambdas
 AR, AN = ("analytic", "reference"), ("analytic", "numerical")
 PERTURBED = Case(dtype="float32", seed=3, perturbation=Perturbation(noise1=0.3, norm2=2.0, align="parallel", align_angle=5.0))
 SWISH = Case(family="swish", formulas=("swish", "forgot chain rule"), shape=(4, 6), dtype="float32", seed=1)

@@ -5,7 +5,7 @@ import torch
 from gradient_lab.app.family import Formula, get_family
 from gradient_lab.engine.signature import function_class
 from gradient_lab.present.source import backward_diff, backward_source
-from tests import zoo
+from tests.specimens import zoo
 
 
 def test_the_function_behind_apply_is_found():

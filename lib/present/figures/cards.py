@@ -98,7 +98,8 @@ def entries_scatter(report: GradientReport) -> str | None:
     x_span, y_span = scale, float(max(np.abs(a).max(), scale * 1e-12, 1e-300))
     to_x = lambda v: LEFT + (v / x_span + 1) / 2 * (RIGHT_EDGE - LEFT)  # noqa: E731
     to_y = lambda v: BOTTOM - (v / y_span + 1) / 2 * (BOTTOM - TOP)  # noqa: E731
-    parts = _frame(title, f"truth ({name})", "formula's", x_span, y_span)
+    entries = title.startswith("Jacobian")
+    parts = _frame(title, f"true entry ({name})" if entries else f"truth ({name})", "formula's entry" if entries else "formula's", x_span, y_span)
     end = min(x_span, y_span)  # the diagonal truth = formula, within both ranges
     parts.append(f"<line x1='{to_x(-end):.1f}' y1='{to_y(-end):.1f}' x2='{to_x(end):.1f}' y2='{to_y(end):.1f}' stroke='#888888' "
                  "stroke-dasharray='4 3'/>")

@@ -11,7 +11,7 @@ from gradient_lab.engine.pipeline import compare_gradients
 from gradient_lab.present.cards import card
 from gradient_lab.present.figures.cards import MAX_CELLS, RIGHT, WRONG, _pooled, card_figure, entries_scatter, error_map
 from gradient_lab.testing import check_gradients
-from tests import shipped
+from tests.specimens import shipped
 
 COSINE = get_family("cosine")
 INPUTS = COSINE.build_inputs((8, 16), seed=0)

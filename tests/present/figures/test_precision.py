@@ -18,7 +18,7 @@ def setup_module():
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).parents[2] / "fixtures"))
+    sys.path.insert(0, str(Path(__file__).parents[2] / "specimens" / "modules"))
     import precision_functions
 
     precision_functions.register_all()

@@ -16,7 +16,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from tests.corpus import functions as fn
+from tests.specimens.corpus import functions as fn
 
 Tensor = torch.Tensor
 SHAPE = (4, 8)

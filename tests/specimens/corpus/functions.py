@@ -12,6 +12,8 @@ from torch.autograd import Function
 from torch.autograd.function import once_differentiable
 from torch.utils.checkpoint import checkpoint
 
+from tests.specimens.zoo import Square
+
 Tensor = torch.Tensor
 
 
@@ -442,18 +444,6 @@ class SpikeFastSigmoid(Function):
 # ==== nested .apply inside forward, and checkpointing =============================================
 
 
-class _Square(Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * x
-
-    @staticmethod
-    def backward(ctx, grad):
-        (x,) = ctx.saved_tensors
-        return 2 * x * grad
-
-
 class GaussianNested(Function):
     """exp(−x²), whose forward calls another Function's apply (recorded nowhere: forward runs with
     grad mode off) and whose backward is written for the whole."""
@@ -461,7 +451,7 @@ class GaussianNested(Function):
     # nested .apply inside forward, the way composite ops reuse a primitive Function (PyTorch forums pattern)
     @staticmethod
     def forward(ctx, x):
-        y = torch.exp(-_Square.apply(x))
+        y = torch.exp(-Square.apply(x))  # the zoo's Square
         ctx.save_for_backward(x, y)
         return y
 

@@ -4,7 +4,7 @@ with a dense Jacobian, and a formula whose forward reaches further than its refe
 import torch
 
 from gradient_lab.app.family import Family, Formula
-from tests.zoo import Square
+from tests.specimens.zoo import Square
 
 
 def single_input(x_shape=(4, 5)):

@@ -2,7 +2,8 @@
 right where the plain verdict calls it (every input requires a gradient, a fresh dense
 grad_output, distinct contiguous inputs that never tie) and wrong under exactly one family of
 conditions, each re-created in our own words from a kind of bug seen in public code; and correct
-controls that must pass every condition.
+controls that must pass every condition (four are the other collections' own, imported: the product
+``contracts.Good``, the corpus's ``LinearFunction``, ``zoo.Abs`` and ``zoo.RowMax``).
 
 Each specimen names the condition the verdict must name (``condition``: the first one that
 raises, else the first one that fails, in the order the engine runs them), every condition that
@@ -16,6 +17,10 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
+
+from tests.specimens.contracts import Good
+from tests.specimens.corpus.functions import LinearFunction
+from tests.specimens.zoo import Abs, RowMax
 
 Tensor = torch.Tensor
 
@@ -105,46 +110,6 @@ class LinearWeightGradInBiasBranch(torch.autograd.Function):
             if ctx.needs_input_grad[1]:
                 grad_weight = g.t().mm(x)
         return grad_x, grad_weight if ctx.needs_input_grad[1] else None, grad_bias  # noqa: F821
-
-
-class ProductGatedRight(torch.autograd.Function):
-    """Control: a·b with each gradient gated on its own needs_input_grad, initialised to None."""
-
-    @staticmethod
-    def forward(ctx, a, b):
-        ctx.save_for_backward(a, b)
-        return a * b
-
-    @staticmethod
-    def backward(ctx, g):
-        a, b = ctx.saved_tensors
-        grad_a = grad_b = None
-        if ctx.needs_input_grad[0]:
-            grad_a = g * b
-        if ctx.needs_input_grad[1]:
-            grad_b = g * a
-        return grad_a, grad_b
-
-
-class LinearGatedRight(torch.autograd.Function):
-    """Control: the "Extending PyTorch" LinearFunction, each gradient in its own branch."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias):
-        ctx.save_for_backward(x, weight)
-        return x.mm(weight.t()) + bias
-
-    @staticmethod
-    def backward(ctx, g):
-        x, weight = ctx.saved_tensors
-        grad_x = grad_weight = grad_bias = None
-        if ctx.needs_input_grad[0]:
-            grad_x = g.mm(weight)
-        if ctx.needs_input_grad[1]:
-            grad_weight = g.t().mm(x)
-        if ctx.needs_input_grad[2]:
-            grad_bias = g.sum(0)
-        return grad_x, grad_weight, grad_bias
 
 
 # ==== grad_output's layout ===========================================================================
@@ -465,23 +430,6 @@ class RowMaxSplitsTies(torch.autograd.Function):
         return g.unsqueeze(-1) * mask / mask.sum(-1, keepdim=True)
 
 
-class RowMaxPicksFirst(torch.autograd.Function):
-    """Control: max over each row whose backward gives the gradient to the first maximum (what
-    ``max(dim)`` with its indices does)."""
-
-    @staticmethod
-    def forward(ctx, x):
-        y, index = x.max(-1)
-        ctx.save_for_backward(index)
-        ctx.shape = x.shape
-        return y
-
-    @staticmethod
-    def backward(ctx, g):
-        (index,) = ctx.saved_tensors
-        return torch.zeros(ctx.shape, dtype=g.dtype, device=g.device).scatter(-1, index.unsqueeze(-1), g.unsqueeze(-1))
-
-
 class AbsDividesByItself(torch.autograd.Function):
     """|x| whose backward is x/|x|: NaN at x = 0, where any value in [−1, 1] would do."""
 
@@ -495,20 +443,6 @@ class AbsDividesByItself(torch.autograd.Function):
     def backward(ctx, g):
         (x,) = ctx.saved_tensors
         return g * x / x.abs()
-
-
-class AbsBySign(torch.autograd.Function):
-    """Control: |x| with sign(x), 0 at x = 0."""
-
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x.abs()
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return g * torch.sign(x)
 
 
 class ReluOneAtZero(torch.autograd.Function):
@@ -616,16 +550,16 @@ BROKEN = (
 )
 
 CONTROLS = (
-    Specimen("product gated right", ProductGatedRight.apply, PAIR, product, None),
-    Specimen("linear gated right", LinearGatedRight.apply, LINEAR, linear, None),
+    Specimen("product gated right", Good.apply, PAIR, product, None),
+    Specimen("linear gated right", LinearFunction.apply, LINEAR, linear, None),
     Specimen("contiguous first", SquareContiguousFirst.apply, MATRIX, square, None),
     Specimen("in place on a copy", SquareClonesBeforeInPlace.apply, MATRIX, square, None),
     Specimen("identity passes grad_output on", IdentityPassesGradOn.apply, MATRIX, identity, None),
     Specimen("scratch on a copy", ProductSavesCopies.apply, PAIR, product, None),
     Specimen("row norm vectorised", RowSquaredNormRight.apply, MATRIX, row_squared_norm, None),
     Specimen("max splits ties", RowMaxSplitsTies.apply, TIED, row_max, None),
-    Specimen("max picks the first", RowMaxPicksFirst.apply, TIED, row_max, None),
-    Specimen("|x|' as sign(x)", AbsBySign.apply, MATRIX, absolute, None),
+    Specimen("max picks the first", RowMax.apply, TIED, row_max, None),
+    Specimen("|x|' as sign(x)", Abs.apply, MATRIX, absolute, None),
     Specimen("relu 1 at 0", ReluOneAtZero.apply, MATRIX, relu, None),
 )
 

@@ -1,5 +1,5 @@
 """Custom Functions that each break one rule of the autograd.Function contract (and one that
-breaks none), for tests/test_anatomy.py and the Anatomy page's tests; and Functions written as
+breaks none), for tests/contract/test_anatomy.py and the Anatomy page's tests; and Functions written as
 people ship them, which break none (KEPT)."""
 
 import torch

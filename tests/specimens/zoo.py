@@ -276,9 +276,12 @@ class Abs(torch.autograd.Function):
 
 
 class RowMax(torch.autograd.Function):
+    """Max over each row (the last dim), the gradient to the first maximum (what ``max(dim)`` with
+    its indices does)."""
+
     @staticmethod
     def forward(ctx, x):
-        values, index = x.max(1)
+        values, index = x.max(-1)
         ctx.save_for_backward(index)
         ctx.shape = x.shape
         return values
@@ -287,7 +290,7 @@ class RowMax(torch.autograd.Function):
     def backward(ctx, g):
         (index,) = ctx.saved_tensors
         grad = torch.zeros(ctx.shape, dtype=g.dtype, device=g.device)
-        return grad.scatter(1, index[:, None], g[:, None])
+        return grad.scatter(-1, index.unsqueeze(-1), g.unsqueeze(-1))
 
 
 class Clamp(torch.autograd.Function):
