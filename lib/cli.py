@@ -366,11 +366,6 @@ def _check_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
 EXIT_STATUS = "Exit status: 0 every correct formula passes; 1 one fails; 2 the module cannot be loaded."
 
 
-def check_parser(prog: str = "gradient-lab check") -> argparse.ArgumentParser:
-    return _check_arguments(argparse.ArgumentParser(prog=prog, description="Check every formula a module declares.",
-                                                    epilog=EXIT_STATUS))
-
-
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gradient-lab", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)

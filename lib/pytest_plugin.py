@@ -91,15 +91,15 @@ _KEY = pytest.StashKey[_Session]()
 def pytest_configure(config: pytest.Config) -> None:
     session = _Session(config.getoption(OPTION))
     config.stash[_KEY] = session
-    testing._OBSERVERS.append(session.observe)
+    testing.OBSERVERS.append(session.observe)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     session = config.stash.get(_KEY, None)
     if session is None:
         return
-    if session.observe in testing._OBSERVERS:
-        testing._OBSERVERS.remove(session.observe)
+    if session.observe in testing.OBSERVERS:
+        testing.OBSERVERS.remove(session.observe)
     if session.path:
         written = session.write()
         reporter = config.pluginmanager.get_plugin("terminalreporter")

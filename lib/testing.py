@@ -31,8 +31,8 @@ from .engine.judge import compare_entries, truth_scale
 Tensor = torch.Tensor
 WIDTH = 100  # a CI log's line
 # Called with (report, order, the Function's name) after every assert_gradients_match: the pytest
-# plugin's --gradient-report listens here.
-_OBSERVERS: list[Callable[[GradientReport, int, str], None]] = []
+# plugin's --gradient-report listens here (``testing.OBSERVERS``, a public hook).
+OBSERVERS: list[Callable[[GradientReport, int, str], None]] = []
 
 
 def _callable(function) -> Callable[..., Tensor]:
@@ -119,7 +119,7 @@ def assert_gradients_match(function, inputs: Tensor | Sequence[Tensor], referenc
     report = check_gradients(function, inputs, reference=reference, surrogate=surrogate, order=order, seed=seed, step=step,
                              atol=atol, rtol=rtol, conditions=conditions, parity=parity, dtype=dtype, determinism=determinism,
                              batch_invariant=batch_invariant)
-    for observe in _OBSERVERS:
+    for observe in OBSERVERS:
         observe(report, order, _name(function))
     if report.passed(order) and not (report.parity is not None and report.parity.parted) and not (
             report.determinism is not None and report.determinism.flagged):

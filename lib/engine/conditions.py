@@ -100,15 +100,20 @@ class _HandOn(torch.autograd.Function):
         return given, None, None
 
 
-def _written(handed: list) -> str:
-    """How a backward changed the grad_output it was handed, in words; "" where it did not."""
+def _written(handed: list) -> Finding | None:
+    """How a backward changed the grad_output it was handed, as a finding (the values it left
+    against those it was handed); None where it did not."""
     for base, copy in handed:
         if not torch.equal(torch.nan_to_num(base, nan=0.0), torch.nan_to_num(copy, nan=0.0)) or \
                 not torch.equal(base.isnan(), copy.isnan()):
-            change = float((base.double() - copy.double()).abs().nan_to_num(nan=math.inf).max())
-            return (f"backward wrote into grad_output in place (by up to {change:.3g}): every other consumer of that "
-                    f"tensor then gets a corrupted gradient")
-    return ""
+            after, before = base.detach().double().cpu().reshape(-1).numpy(), copy.detach().double().cpu().reshape(-1).numpy()
+            change = np.nan_to_num(np.abs(after - before), nan=np.inf)
+            changed = (change > 0) | (np.isnan(after) != np.isnan(before))
+            k, shape = int(np.argmax(change)), tuple(base.shape)
+            scale = float(np.abs(before[np.isfinite(before)]).max(initial=0.0)) or 1.0
+            return Finding("wrote grad_output", "grad_output", shape, k, float(after[k]), float(before[k]), amount=float(change.max()),
+                           scale=scale, evidence=(Evidence.of_product("grad_output", shape, after, before, changed, scale),))
+    return None
 
 
 # ---- the conditions ---------------------------------------------------------------------------------
@@ -250,8 +255,8 @@ def _judge_backward(condition: _Backward, truths: _Truths) -> ConditionResult:
             failure = Failure.of("backward", error, when=condition.name)
             return result("fail", finding=f"{failure.whose} raised {failure.unconditioned}", failure=failure)
         written = _written(condition.handed or [])
-        if written:
-            return result("fail", finding=written)
+        if written is not None:
+            return result("fail", finding=written.describe(), found=written)
         plain = truths.plain(u)
         for i, (mine, before) in enumerate(zip(got, plain)):
             if mine is None:
@@ -406,11 +411,11 @@ def convention(problem) -> str:
     return found.pop() if len(found) == 1 else "its own split" if found else ""
 
 
-def _tied_directions(problem, tolerances: Tolerances, seed: int) -> str:
+def _tied_directions(problem, tolerances: Tolerances, seed: int) -> Finding | None:
     """At tied inputs, along directions that keep every tie (each group of equal values moved
     together; the group at 0 held still where moving it is not smooth): the formula's directional
-    derivative uᵀJd against the one-sided differences' common value. "" where it agrees, or where
-    no such direction is smooth."""
+    derivative uᵀJd against the one-sided differences' common value, as a finding. None where it
+    agrees, or where no such direction is smooth."""
     inputs, f = problem.inputs, problem.function
     generator = torch.Generator().manual_seed(seed + 104729)
     directions = []
@@ -434,18 +439,19 @@ def _tied_directions(problem, tolerances: Tolerances, seed: int) -> str:
         d = [torch.where(zero, torch.zeros_like(move), move) if hold_zero else move for move, zero in directions]
         right, left = slopes(d)
         if not (torch.isfinite(right).all() and torch.isfinite(left).all()):
-            return ""
+            return None
         spread = float(right.abs().sum() + left.abs().sum()) / 2
         if float((right - left).abs().sum()) > TIE_SLOPE_RTOL * spread + tolerances.atol:
             continue  # a kink along this direction too: no joint rule there
         mine = sum(float((torch.from_numpy(g) * di.double().cpu()).sum()) for g, di in zip(grads, d))
         truth = float((right + left).sum()) / 2
-        if abs(mine - truth) > TIE_SLOPE_RTOL * spread + tolerances.atol * max(1.0, spread):
-            return (f"along a direction that moves each group of tied values together, where the function is smooth, the "
-                    f"formula's directional derivative is {mine:.6g} and the one-sided differences agree on {truth:.6g}: its "
-                    f"gradient is not a valid subgradient over the tied elements jointly (each tied group's share must add up)")
-        return ""
-    return ""
+        allowed = TIE_SLOPE_RTOL * spread + tolerances.atol * max(1.0, spread)
+        if abs(mine - truth) > allowed:
+            scale = max(abs(truth), 1e-300)
+            return Finding("tied directions", "uᵀJd", (1,), 0, mine, truth, "numerical", problem.role, tolerances=tolerances, scale=scale,
+                           allowed=allowed, evidence=(Evidence.of_product("uᵀJd", (1,), [mine], [truth], [True], scale),))
+        return None
+    return None
 
 
 def _other_values(problem, tolerances, judge_point, every: bool, seed: int, plain_passed: bool) -> list[ConditionResult]:
@@ -500,8 +506,8 @@ def _other_values(problem, tolerances, judge_point, every: bool, seed: int, plai
                              plain_passed)
         if result.outcome == "pass" and changed.failure is None:
             joint = _tied_directions(changed, tolerances, seed)
-            if joint:
-                result = ConditionResult(result.name, result.group, result.label, "fail", finding=joint)
+            if joint is not None:
+                result = ConditionResult(result.name, result.group, result.label, "fail", finding=joint.describe(), found=joint)
             elif named := convention(changed):  # a valid subgradient, named by how it shares itself among tied values
                 result = ConditionResult(result.name, result.group, result.label, "pass",
                                          finding=f"at tied maxima and minima its gradient {CONVENTION_WORDS[named]}")

@@ -25,7 +25,7 @@ DEFAULT_BUDGET_BYTES = 256 * 2**20
 # ---- the one primitive: differences along a batch of directions ----------------------------------
 
 
-def _chunk_size(input_elements: int, output_elements: int, itemsize: int, budget_bytes: int) -> int:
+def chunk_size(input_elements: int, output_elements: int, itemsize: int, budget_bytes: int) -> int:
     # the plus and minus copies, their outputs, with slack for the function's temporaries
     per_direction = (6 * input_elements + 2 * output_elements) * itemsize
     return max(1, budget_bytes // max(per_direction, 1))
@@ -250,7 +250,7 @@ def directional_gap(plan: DifferencePlan, rows: np.ndarray, cols: np.ndarray, va
 
 def _blocks(function, inputs, plan: DifferencePlan, step: float, budget_bytes: int, base: Tensor | None = None) -> Iterator[tuple[int, np.ndarray]]:
     x = inputs[plan.input_index]
-    chunk = _chunk_size(plan.n_inputs, plan.n_outputs, x.element_size(), budget_bytes)
+    chunk = chunk_size(plan.n_inputs, plan.n_outputs, x.element_size(), budget_bytes)
     for first, block in group_differences(function, inputs, plan, step, chunk, base):
         yield first, block.double().cpu().numpy()  # (k, outputs), or (2, k, outputs) with base
 

@@ -21,7 +21,9 @@ from .tolerances import Tolerances
 # what showed the failure: an entry of the Jacobian compared one by one; the backward for a zero
 # upstream (not 0); an entry where the true Jacobian is zero (found from a probe); a backward that
 # is not linear in grad_output; a random probe uᵀJ; the drawn gradient (the loss's upstream)
-KINDS = ("entry", "zero upstream", "off pattern", "not linear", "probe", "drawn", "condition")  # condition: a random probe under one
+# under a condition: a random probe; the grad_output the backward was handed, written into; the
+# directional derivative along tied values moved together, against the one-sided differences
+KINDS = ("entry", "zero upstream", "off pattern", "not linear", "probe", "drawn", "condition", "wrote grad_output", "tied directions")
 TRUTH_WORDS = {"reference": "autograd through the reference", "surrogate": "autograd through the declared surrogate",
                "numerical": "finite differences"}
 NOISE_FACTOR = 4  # an entry fails against finite differences only beyond this many times their own error estimate
@@ -117,6 +119,10 @@ class Finding:
         """The upstream gradient that showed it, in words."""
         if self.kind == "drawn":
             return "the drawn upstream gradient"
+        if self.kind == "wrote grad_output":
+            return "the grad_output handed to backward, before and after"
+        if self.kind == "tied directions":
+            return "a direction moving tied values together"
         if self.kind == "zero upstream":
             return "a zero upstream gradient"
         if self.probe:
@@ -148,6 +154,13 @@ class Finding:
             return (f"for random upstream gradient {self.probe}, uᵀJ at {self.at} is {_value(self.formula)} by the formula's backward, "
                     f"{self.truth:.6g} by the {truth} truth: the backward uses grad_output wrongly, or misses entries "
                     f"(allowed {self._allowed()})")
+        if self.kind == "wrote grad_output":
+            return (f"backward wrote into grad_output in place (by up to {self.amount:.3g}): every other consumer of that "
+                    f"tensor then gets a corrupted gradient")
+        if self.kind == "tied directions":
+            return (f"along a direction that moves each group of tied values together, where the function is smooth, the "
+                    f"formula's directional derivative is {self.formula:.6g} and the one-sided differences agree on {self.truth:.6g}: its "
+                    f"gradient is not a valid subgradient over the tied elements jointly (each tied group's share must add up)")
         if self.kind == "condition":
             return (f"the gradient at {self.at} for a random upstream is {self.formula:.6g} by the formula's backward, "
                     f"{self.truth:.6g} by the {truth} truth, and {self.plain:.6g} without the condition")

@@ -290,7 +290,7 @@ def _judge(path: Path, sides: Sequence[_Side], tolerances: Tolerances, role: str
                      else f"{side.what} at {at} is {got[index]:.6g} by this path, {truth[index]:.6g} {truth_words}"
                           + (f", {side.eager[j][index]:.6g} in eager" if side.eager is not None else ""))
             if worst is None or excess > worst[0]:
-                worst = (excess, {"finding": words, "worst": at,
+                worst = (excess, {"finding": words, "worst": at, "zeros": bool(zeros),
                                   "differences": tuple(np.nan_to_num(g - t, nan=np.inf) for g, t in zip(side.got, side.truth)),
                                   "names": tuple(side.names)})
     if worst is not None:
@@ -485,7 +485,7 @@ def _func_jvp(run: _Run, path: Path) -> ParityCell:
 def _zero_tangents(run: _Run, cell: ParityCell) -> ParityCell:
     """Forward mode through a custom op: PyTorch 2.13 runs no rule for it and returns zero tangents,
     silently. Never "agrees", and never the op's error."""
-    if not (run.custom_op and cell.outcome == "differs" and cell.finding.startswith("it returned zeros")):
+    if not (run.custom_op and cell.outcome == "differs" and cell.zeros):
         return cell
     return ParityCell(**{**cell.__dict__, "outcome": "not supported", "whose": "PyTorch", "finding": (
         "PyTorch returns zero tangents for a custom op, silently: forward mode does not run its registered autograd "

@@ -36,7 +36,7 @@ __all__ = ["DEFAULT_JACOBIAN_LIMIT", "CheckOptions", "Problem", "check", "compar
 # ---- the engine ------------------------------------------------------------------------------------
 
 
-def _gradients(function: Callable[..., Tensor], inputs: Sequence[Tensor], upstream: Tensor) -> list[np.ndarray]:
+def gradients_for(function: Callable[..., Tensor], inputs: Sequence[Tensor], upstream: Tensor) -> list[np.ndarray]:
     return backward_products(function, inputs, None, upstream)
 
 
@@ -63,7 +63,7 @@ def upstream_gradient(loss: Callable[[Tensor], Tensor], output: Tensor) -> Tenso
     return v
 
 
-def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+def cosine_of(a: np.ndarray, b: np.ndarray) -> float:
     finite = np.isfinite(a) & np.isfinite(b)
     na, nb = np.linalg.norm(a[finite]), np.linalg.norm(b[finite])
     return float(a[finite] @ b[finite] / (na * nb)) if na > 0 and nb > 0 else math.nan
@@ -125,8 +125,8 @@ def _second_point(problem: Problem, plans: Sequence[DifferencePlan], trusted: Se
                 with torch.no_grad():
                     output = problem.function(*moved)
                 u = torch.randn(tuple(output.shape), generator=generator, dtype=torch.float64).to(output)
-                analytic = _gradients(problem.function, moved, u)[index]
-                truth = (_gradients(problem.reference, moved, u)[index] if trusted[index] else
+                analytic = gradients_for(problem.function, moved, u)[index]
+                truth = (gradients_for(problem.reference, moved, u)[index] if trusted[index] else
                          numerical_gradient(problem.function, moved, plans[index], u, tolerances.step, budget_bytes))
                 wrong = compare_entries(analytic, {"truth": truth}, tolerances).excess > 0
                 found[index] = (as_float64(moved[index], moved[index]).reshape(-1), wrong.reshape(-1))
@@ -155,7 +155,7 @@ def _plain_verdict(first: FirstOrder, diagnosis=None) -> Verdict:
     return Verdict("pass", coverage)
 
 
-def _require_work(plans: Sequence[DifferencePlan], inputs: Sequence[Tensor], repeats: int, work_limit: float) -> None:
+def require_work(plans: Sequence[DifferencePlan], inputs: Sequence[Tensor], repeats: int, work_limit: float) -> None:
     """Refuse finite differences whose evaluations, each over every input, exceed the limit."""
     evaluations = repeats * sum(p.evaluations for p in plans)
     work = evaluations * sum(x.numel() for x in inputs)
@@ -261,7 +261,7 @@ def _outputs(problem: Problem) -> tuple[Tensor | None, Tensor | None, Failure | 
 
 def _analytic(run, inputs, upstream) -> tuple[list[np.ndarray] | None, Failure | None]:
     try:
-        return _gradients(run, inputs, upstream), None
+        return gradients_for(run, inputs, upstream), None
     except Exception as error:  # noqa: BLE001
         return None, Failure.of("backward", error)
 
@@ -345,12 +345,12 @@ def evaluate(problem: Problem, tolerances: Tolerances, plans: Sequence[Differenc
         analytic = analytic if analytic is not None else blank
     if failure is None:
         plans = list(plans) if plans is not None else plan(problem, tolerances, budget_bytes=budget_bytes, work_limit=work_limit)
-        _require_work(plans, inputs, 1, work_limit)
+        require_work(plans, inputs, 1, work_limit)
         plans = [with_values(run, inputs, p, budget_bytes) for p in plans]  # the maps draw the numerical gradient too
         numerical = [numerical_gradient(run, inputs, p, drawn, None, budget_bytes) for p in plans]
     else:
         plans = [DifferencePlan(i, x.numel(), output.numel(), None, None, None, "not run") for i, x in enumerate(inputs)]
-    referenced = _gradients(reference, inputs, drawn) if reference else numerical
+    referenced = gradients_for(reference, inputs, drawn) if reference else numerical
     return Evaluation(output, drawn, plans, analytic, numerical, referenced, failure)
 
 
@@ -478,9 +478,9 @@ def _redrawn(problem: Problem, e: Evaluation, jacobian: JacobianVerdict, options
         return None
     u = torch.from_numpy(np.ascontiguousarray(flat, dtype=np.float64)).reshape(tuple(e.output.shape)).to(e.output)
     try:
-        analytic = _gradients(problem.function, problem.inputs, u)
+        analytic = gradients_for(problem.function, problem.inputs, u)
         numerical = [numerical_gradient(problem.function, problem.inputs, p, u, None, options.budget_bytes) for p in e.plans]
-        referenced = _gradients(problem.reference, problem.inputs, u) if problem.reference else numerical
+        referenced = gradients_for(problem.reference, problem.inputs, u) if problem.reference else numerical
     except Exception:  # noqa: BLE001 - the code under test: the maps keep the upstream they had
         return None
     return replace(e, upstream=u, analytic=analytic, numerical=numerical, referenced=referenced)
@@ -518,7 +518,7 @@ def _report(first: FirstOrder, verdict: Verdict, diagnosis, results: dict, famil
         loss=float(first.checked.loss(e.output)) if e is not None else math.nan,
         forward_max_error=forward_error if e is not None or precision is not None else math.nan,
         inputs=comparisons,
-        cosine=_cosine(gradients("analytic"), gradients("reference")) if comparisons else math.nan,
+        cosine=cosine_of(gradients("analytic"), gradients("reference")) if comparisons else math.nan,
         verdict=verdict,
         evaluations=sum(p.evaluations for p in e.plans) if e is not None and e.failure is None else 0,
         failure=first.failure,
@@ -542,7 +542,7 @@ def _low_analytic(problem: Problem, comparisons: Sequence[InputComparison], upst
     """The float64 maps with the analytic gradient of the formula run in the dtype (its errors
     against the float64 truths are what the dtype costs); as they were where its backward raises."""
     try:
-        analytic = _gradients(problem.function, problem.inputs, upstream)
+        analytic = gradients_for(problem.function, problem.inputs, upstream)
     except Exception:  # noqa: BLE001 - the precision stage reports the formula raising in the dtype
         return tuple(comparisons)
     changed = []
@@ -577,15 +577,15 @@ def wrong_inputs(problems: Sequence[Problem], tolerances: Tolerances | None = No
         upstream = upstream_gradient(first.loss, first.reference(*first.inputs))
     if is_low(dtype):  # below float64, the precision rule: against float64, beside the reference in the dtype
         exact = exact_problem(first)
-        truth, baseline = _gradients(exact.reference, exact.inputs, upstream.double()), _gradients(first.reference, first.inputs, upstream)
+        truth, baseline = gradients_for(exact.reference, exact.inputs, upstream.double()), gradients_for(first.reference, first.inputs, upstream)
         differs = lambda a, t, b: not judge_values("", a.reshape(-1), b.reshape(-1), t.reshape(-1), dtype, "reference", None).passed  # noqa: E731
     else:
-        truth = baseline = _gradients(first.reference, first.inputs, upstream)
+        truth = baseline = gradients_for(first.reference, first.inputs, upstream)
         differs = lambda a, t, b: compare_entries(a, {"reference": t}, tolerances).against is not None  # noqa: E731
     wrong = {}
     for p in problems:
         try:
-            analytic = _gradients(p.function, p.inputs, upstream)
+            analytic = gradients_for(p.function, p.inputs, upstream)
         except Exception:  # noqa: BLE001 - the formula under test may be broken
             wrong[p.formula] = first.names
             continue

@@ -22,7 +22,7 @@ from typing import Callable, Hashable, Iterator, Sequence
 import numpy as np
 import torch
 
-from .evaluate import (DEFAULT_BUDGET_BYTES, _chunk_size, along_direction, compressed_entries, forward_graph, reproduces,
+from .evaluate import (DEFAULT_BUDGET_BYTES, chunk_size, along_direction, compressed_entries, forward_graph, reproduces,
                                  with_values)
 
 Tensor = torch.Tensor
@@ -82,7 +82,7 @@ def jacobian_rows(function: Callable[..., Tensor], inputs: Sequence[Tensor], bud
     with torch.enable_grad():
         y = function(*xs)
     m, n = y.numel(), sum(x.numel() for x in xs)
-    chunk = _chunk_size(n, m, 8, budget_bytes)
+    chunk = chunk_size(n, m, 8, budget_bytes)
     for start in range(0, m, chunk):
         k = min(chunk, m - start)
         basis = torch.zeros(k, m, dtype=y.dtype, device=y.device)
@@ -222,7 +222,7 @@ def _nonzero_products(y: Tensor, xs: Sequence[Tensor], upstreams: Tensor, budget
     operations to run on one: on a busy machine, an operation split across threads waits for a
     core, milliseconds at a time (a batch of 8 for a 64×128 cosine took 125 ms so, 1 ms alone)."""
     k = upstreams.shape[0]
-    batch = _chunk_size(sum(x.numel() for x in xs), y.numel(), y.element_size(), budget_bytes)
+    batch = chunk_size(sum(x.numel() for x in xs), y.numel(), y.element_size(), budget_bytes)
     if torch.get_num_threads() > 1:
         batch = min(batch, max(1, SERIAL_ELEMENTS // max(y.numel(), *(x.numel() for x in xs), 1)))
     chunks: list[tuple[int, list[np.ndarray | None]]] = []  # per chunk of upstreams: its size, and per input

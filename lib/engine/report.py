@@ -281,6 +281,7 @@ class ParityCell:
     graphs: int | None = None  # graphs compiled (compile paths)
     recompiles: int | None = None  # graphs compiled again at the second size (dynamic)
     bypassed: bool = False  # the compiled gradient is autograd through the forward, not the Function's backward
+    zeros: bool = False  # it differs by giving zeros everywhere the truth is not zero
     note: str = ""  # not a failure: a path that agrees only trivially (it ran eagerly), a recompile
     seconds: float = 0.0
 

@@ -31,7 +31,9 @@ Tensor = torch.Tensor
 STEP_SIZE = 0.05  # the truth's first step, as a part of the inputs' norm
 PART_RTOLS = 10  # the paths part beyond this many times the verdict's rtol of the distance travelled
 MAX_EVALUATIONS = 4096  # finite differences at every step (no trusted reference): at most this many evaluations in all
-OUTCOMES = ("pass", "fail", "raises")  # the paths stay together; they part; the formula raises on the way
+# the paths stay together; they part; the formula raises on the way; they stay together although the
+# first-order verdict found wrong entries (the loss's own upstream does not reach them)
+OUTCOMES = ("pass", "fail", "raises", "hides it")
 
 
 @dataclass(frozen=True)
@@ -46,10 +48,13 @@ class Training:
     allowed: float  # the paths part where ``distance`` exceeds it
     parted: int = -1  # the first step where they part; −1: never
     failure: Failure | None = None  # the formula raised on the way (its step is ``len(losses["formula"]) - 1``)
+    verdict_failed: bool = False  # the first-order verdict found wrong entries
 
     @property
     def outcome(self) -> str:
-        return "raises" if self.failure is not None else "fail" if self.parted >= 0 else "pass"
+        if self.failure is not None:
+            return "raises"
+        return "fail" if self.parted >= 0 else "hides it" if self.verdict_failed else "pass"
 
     @property
     def passed(self) -> bool:
@@ -64,7 +69,11 @@ class Training:
         truth = {"numerical": "finite differences", "surrogate": "the declared surrogate"}.get(self.truth, "the reference")
         if self.failure is not None:
             return f"does it train: the formula raised at step {len(self.losses['formula']) - 1} of {self.steps}: {self.failure}"
-        losses = f"loss {self.losses['truth'][0]:.4g} → {self.losses['formula'][-1]:.4g} with its gradient, {self.losses['truth'][-1]:.4g} with {truth}'s"
+        losses = (f"loss {_number(self.losses['truth'][0])} → {_number(self.losses['formula'][-1])} with its gradient, "
+                  f"{_number(self.losses['truth'][-1])} with {truth}'s")
+        if self.parted < 0 and self.verdict_failed:
+            return (f"does it train: on this loss, {self.steps} steps of gradient descent follow {truth}'s path, although the verdict "
+                    f"found wrong entries: the loss's own upstream gradient does not reach them ({losses})")
         if self.parted < 0:
             return (f"does it train: {self.steps} steps of gradient descent follow {truth}'s path (within {self.allowed:.2g} of the distance "
                     f"travelled; {losses})")
@@ -74,6 +83,10 @@ class Training:
     def curves(self) -> dict[str, np.ndarray]:
         """What a figure draws: the two loss curves, by step."""
         return {"with the formula's gradient": self.losses["formula"], "with the truth's gradient": self.losses["truth"]}
+
+
+def _number(value: float) -> str:
+    return f"{value:.4g}" if math.isfinite(value) else "not finite"
 
 
 def _flat(xs: Sequence[Tensor]) -> Tensor:
@@ -142,6 +155,11 @@ class Stage:
         return options.training > 0 and first.judged and bool(first.exact.inputs)
 
     def run(self, first: FirstOrder, options: CheckOptions, earlier: Mapping[str, Any]) -> Training | None:
+        found = self._paths(first, options)
+        return replace(found, verdict_failed=not first.jacobian.passed) if found is not None else None
+
+    @staticmethod
+    def _paths(first: FirstOrder, options: CheckOptions) -> Training | None:
         p = first.checked
         if p.reference is not None and all(first.by_reference):
             return train(p.function, p.reference, p.loss, p.inputs, options.training, first.tolerances.rtol, truth_name=p.role)

@@ -12,7 +12,7 @@ import torch
 
 from ..app.family import Family
 from ..engine.evaluate import DEFAULT_BUDGET_BYTES, numerical_gradient
-from ..engine.pipeline import _gradients, _require_work, upstream_gradient
+from ..engine.pipeline import gradients_for, require_work, upstream_gradient
 from ..engine.planning import plan_differences
 from ..engine.signature import differentiable
 from ..engine.tolerances import default_tolerances
@@ -73,7 +73,7 @@ def step_sweep(
         output = (reference or run)(*exact)
     upstream = upstream_gradient(exact_problem.loss, output)
     if reference:
-        truth = _gradients(reference, exact, upstream)
+        truth = gradients_for(reference, exact, upstream)
     else:
         plans = plan_differences(run, None, exact, 1e-6, budget_bytes=budget_bytes)
         truth = [numerical_gradient(run, exact, p, upstream, 1e-6, budget_bytes) for p in plans]
@@ -83,7 +83,7 @@ def step_sweep(
         run, reference, xs = problem.function, problem.reference, problem.inputs
         plans = plan_differences(run, reference, xs, default_tolerances(dtype).step, budget_bytes=budget_bytes,
                                  structure_key=problem.structure_key, work_limit=work_limit)
-        _require_work(plans, xs, len(steps) * len(dtypes), work_limit)
+        require_work(plans, xs, len(steps) * len(dtypes), work_limit)
         per_step = []
         for h in steps:
             with np.errstate(all="ignore"):
@@ -99,7 +99,7 @@ def _taylor(run, reference, exact, upstream, steps, budget_bytes: int, work_limi
     error falls like h² (central differences) until rounding; a wrong one's stops falling at the
     size of its bug. Empty when the formula's backward raises."""
     try:
-        analytic = _gradients(run, exact, upstream)
+        analytic = gradients_for(run, exact, upstream)
     except Exception:  # noqa: BLE001 - the formula under test may be broken: no Taylor test then
         return ()
     plans = plan_differences(run, reference, exact, default_tolerances(torch.float64).step, budget_bytes=budget_bytes, work_limit=work_limit)

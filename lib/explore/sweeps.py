@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from ..app.case import DTYPES, Case
-from ..engine.pipeline import _cosine
+from ..engine.pipeline import cosine_of
 from ..engine.report import error_map
 from ..errors import LabError
 from .landscape import loss_gradient
@@ -214,7 +214,7 @@ def _measure(analytic: list[np.ndarray], truth: list[np.ndarray]) -> tuple[float
     flat_a = np.concatenate([a.reshape(-1) for a in analytic])
     flat_r = np.concatenate([r.reshape(-1) for r in truth])
     non_finite = int((~np.isfinite(flat_a) & np.isfinite(flat_r)).sum())
-    return worst(m.max_abs for m in maps), worst(m.max_rel for m in maps), _cosine(flat_a, flat_r), non_finite
+    return worst(m.max_abs for m in maps), worst(m.max_rel for m in maps), cosine_of(flat_a, flat_r), non_finite
 
 
 # ---- the sweep -----------------------------------------------------------------------------------------

@@ -8,7 +8,8 @@ import streamlit as st
 BADGES = {"pass": ":green-badge[:material/check: pass]", "fail": ":red-badge[:material/close: fail]",
           "no verdict": ":orange-badge[:material/help: no verdict]", "not differentiable": ":red-badge[:material/close: not differentiable]",
           "not checked": ":gray-badge[:material/remove: not checked]", "by design": ":blue-badge[:material/info: by design]",
-          "as plain": ":gray-badge[:material/remove: as without]", "not applicable": ":gray-badge[:material/remove: not applicable]"}
+          "as plain": ":gray-badge[:material/remove: as without]", "not applicable": ":gray-badge[:material/remove: not applicable]",
+          "raises": ":red-badge[:material/close: raises]", "hides it": ":orange-badge[:material/visibility_off: hides it]"}
 
 
 def badge(outcome: str) -> str:

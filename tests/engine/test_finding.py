@@ -11,7 +11,7 @@ from gradient_lab.engine.finding import KINDS
 from gradient_lab.present.cards import card
 from gradient_lab.present.figures.cards import card_figure
 from gradient_lab.testing import check_gradients
-from tests.specimens import zoo
+from tests.specimens import conditions, zoo
 
 
 class Softmax(torch.autograd.Function):
@@ -120,3 +120,17 @@ def test_the_finding_is_written_once_from_its_facts():
     found = report.verdict.found
     assert report.verdict.finding == found.describe()
     assert found.at in found.describe() and math.isfinite(found.formula)
+
+
+CONDITION_BUGS = [s for s in conditions.BROKEN if s.raises is None and not s.missed]
+
+
+@pytest.mark.parametrize("specimen", CONDITION_BUGS, ids=[s.name for s in CONDITION_BUGS])
+def test_a_card_failing_under_a_condition_shows_the_conditions_error(specimen):
+    report = check_gradients(specimen.function, specimen.inputs(), reference=specimen.reference, training=0,
+                             conditions="all" if specimen.group == "ties" else "default")
+    assert report.verdict.outcome == "fail" and report.verdict.condition
+    found = report.verdict.found
+    assert found is not None and found.wrong > 0  # the changed case's values, not the plain case's right ones
+    numbers = {n.label: n.value for n in card(report).numbers}
+    assert numbers["worst error"] not in ("—", "0e+00×")

@@ -26,14 +26,14 @@ def _specimen(name: str) -> zoo.Specimen:
     return next(s for s in zoo.SPECIMENS if s.name == name)
 
 
-def _grid(specimen: zoo.Specimen, which=QUICK):
+def grid_of(specimen: zoo.Specimen, which=QUICK):
     report = check_gradients(specimen.function, specimen.inputs(), reference=specimen.reference, conditions="none", parity=which, order=2)
     return report, report.parity
 
 
 @pytest.mark.parametrize("specimen", zoo.SPECIMENS, ids=lambda s: s.name)
 def test_each_specimen_parts_from_eager_exactly_where_it_says(specimen):
-    report, grid = _grid(specimen)
+    report, grid = grid_of(specimen)
     assert report.verdict.passed is not specimen.eager_wrong
     parted = {c.key: c.outcome for c in grid.cells if c.outcome in ("differs", "raises")}
     expected = {k: v for k, v in specimen.parts.items() if k in QUICK}
@@ -55,7 +55,7 @@ def test_the_specimens_are_right_in_eager_as_gradcheck_slow_mode_says(specimen):
 
 
 def test_a_wrong_backward_is_as_eager_on_every_path_that_runs_its_backward():
-    _, grid = _grid(_specimen("its Function twin"))  # the Function whose backward forgets the 3
+    _, grid = grid_of(_specimen("its Function twin"))  # the Function whose backward forgets the 3
     assert grid.cell("eager").outcome == "differs" and "-26.2208" in grid.cell("eager").finding
     for key in ("aot_eager", "aot_eager fullgraph", "dynamic", "grad", "vjp", "jacrev"):
         assert grid.cell(key).outcome == "as eager", key
@@ -74,7 +74,7 @@ def test_a_custom_op_gets_the_verdict_and_diagnosis_of_its_function_twin_and_opc
 
 
 def test_a_custom_op_without_a_fake_fails_opchecks_fake_tensor_tests_with_their_message():
-    _, grid = _grid(_specimen("custom op without a fake"), which=["eager", "aot_eager"])
+    _, grid = grid_of(_specimen("custom op without a fake"), which=["eager", "aot_eager"])
     failed = {t.name: t.message for t in grid.opcheck if not t.passed}
     assert set(failed) == {"test_faketensor", "test_aot_dispatch_dynamic"}
     assert all("fake" in message for message in failed.values())
@@ -82,34 +82,34 @@ def test_a_custom_op_without_a_fake_fails_opchecks_fake_tensor_tests_with_their_
 
 
 def test_forward_mode_through_a_custom_op_is_never_agrees_and_never_the_ops_fault():
-    _, grid = _grid(_specimen("custom op sine"), which=["jvp", "jacfwd"])  # PyTorch returns zero tangents, silently
+    _, grid = grid_of(_specimen("custom op sine"), which=["jvp", "jacfwd"])  # PyTorch returns zero tangents, silently
     for cell in grid.cells:
         assert cell.outcome == "not supported" and cell.whose == "PyTorch" and "zero tangents" in cell.finding
 
 
 def test_limits_of_pytorch_are_said_as_pytorchs_and_missing_features_as_the_functions():
-    _, grid = _grid(_specimen("wrong jvp"), which=["aot_eager fullgraph", "aot_eager"])
+    _, grid = grid_of(_specimen("wrong jvp"), which=["aot_eager fullgraph", "aot_eager"])
     fullgraph = grid.cell("aot_eager fullgraph")
     assert fullgraph.outcome == "not supported" and fullgraph.whose == "PyTorch" and "custom jvp" in fullgraph.finding
     assert "agrees only trivially" in grid.cell("aot_eager").note  # it ran the Function eagerly inside the compiled region
-    _, legacy = _grid(_specimen("legacy sine"), which=["grad", "vmap"])
+    _, legacy = grid_of(_specimen("legacy sine"), which=["grad", "vmap"])
     assert {c.whose for c in legacy.cells} == {"the Function"} and all("setup_context" in c.finding for c in legacy.cells)
 
 
 def test_graph_breaks_are_listed_with_the_users_line():
-    _, grid = _grid(_specimen(".item() in setup_context"), which=["aot_eager"])
+    _, grid = grid_of(_specimen(".item() in setup_context"), which=["aot_eager"])
     assert any("item()" in b and "(at parity.py:" in b for b in grid.graph_breaks), grid.graph_breaks
 
 
 def test_dynamic_compiles_once_per_calling_convention_and_counts_no_recompile_at_the_second_size():
-    _, grid = _grid(_specimen("sine"), which=["dynamic"])
+    _, grid = grid_of(_specimen("sine"), which=["dynamic"])
     cell = grid.cell("dynamic")
     assert cell.outcome == "agrees" and cell.graphs >= 1 and cell.recompiles == 0
 
 
 def test_inductor_paths_catch_a_fallback_under_compile():
     specimen = _specimen("fallback under compile")
-    _, grid = _grid(specimen, which=["inductor", "inductor fullgraph"])
+    _, grid = grid_of(specimen, which=["inductor", "inductor fullgraph"])
     if not P.HAS_COMPILER:
         assert {c.outcome for c in grid.cells} == {"skipped"}
         return

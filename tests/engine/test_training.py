@@ -70,3 +70,10 @@ def test_the_stage_runs_in_check_against_the_reference_or_finite_differences(ref
     assert right.training.truth == ("reference" if reference else "numerical") and right.training.outcome == "pass"
     assert wrong.training.outcome == "fail"
     assert check_gradients(Square, _x(), reference=reference, conditions="none", training=0).training is None
+
+
+def test_a_loss_that_hides_the_wrong_entries_is_said_so_not_passed():
+    # the check's loss sums the output: a backward that ignores grad_output is right for it, wrong for any other
+    report = check_gradients(SquareIgnoresGradOutput, _x(), reference=lambda x: x * x, conditions="none")
+    assert not report.verdict.passed
+    assert report.training.parted == -1 and report.training.outcome == "hides it"

@@ -11,7 +11,7 @@ import numpy as np
 
 from ...engine.report import GradientReport
 from ..cards import Card
-from .check import _grid
+from .check import grid_of
 
 WIDTH, HEIGHT = 300, 205
 LEFT, RIGHT_EDGE, TOP, BOTTOM = 46, 292, 38, 160  # the plot area
@@ -71,7 +71,8 @@ def entries_scatter(report: GradientReport) -> str | None:
         truth = np.concatenate([e.truth for e in found.evidence])
         analytic = np.concatenate([e.formula for e in found.evidence])
         wrong = np.concatenate([e.wrong for e in found.evidence])
-        title = "Jacobian entries: formula against truth" if found.kind == "entry" else f"uᵀJ for {found.shown_by}"
+        title = {"entry": "Jacobian entries: formula against truth", "wrote grad_output": "grad_output: after backward against before",
+                 "tied directions": "uᵀJd along tied values"}.get(found.kind, f"uᵀJ for {found.shown_by}")
     else:
         verdict = report.jacobian
         if verdict is None or not any(e.rows.size for e in verdict.entries):
@@ -155,7 +156,7 @@ def error_map(report: GradientReport) -> str | None:
         with np.errstate(invalid="ignore"):  # within the verdict's tolerance is right: drawn white
             error = np.where(error <= report.tolerances.atol * scale + report.tolerances.rtol * np.abs(truth), 0.0, error)
         input_name = comparison.name
-    grid, _, x_title, y_title = _grid(error, input_name)
+    grid, _, x_title, y_title = grid_of(error, input_name)
     cells = _pooled(grid)
     largest = float(np.nanmax(cells)) if np.isfinite(cells).any() else 0.0
     rows, cols = cells.shape

@@ -51,7 +51,7 @@ def _symmetric_limit(*arrays: np.ndarray) -> float:
     return limit if limit > 0 else 1.0  # all zeros: any range draws them white
 
 
-def _grid(values: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray | None, str, str]:
+def grid_of(values: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray | None, str, str]:
     """``values`` as the 2-D grid a heatmap needs, a label per cell where the grid's own (row,
     column) does not name the element (N-D inputs; None otherwise, see ``_where``), and the x and
     y axis titles saying how the grid was made. Non-finite values become NaN: blank cells."""
@@ -166,7 +166,7 @@ def gradient_heatmaps(comparison: InputComparison, sources: Sequence[str] = SOUR
     as the only coloured panel; "per panel" gives each panel its own range and colorbar, so the
     smaller gradients' structure shows too."""
     _check_scale(scale)
-    grids = {s: _grid(comparison.gradients[s], comparison.name) for s in sources}
+    grids = {s: grid_of(comparison.gradients[s], comparison.name) for s in sources}
     _, _, x_title, y_title = next(iter(grids.values()))
     blank = sum(int(np.isnan(z).sum()) for z, *_ in grids.values())
     shape = tuple(comparison.gradients[sources[0]].shape)
@@ -189,8 +189,8 @@ def error_heatmap(comparison: InputComparison, pair: Pair = DEFAULT_PAIR, relati
         shown = np.log10(np.maximum(measure, RELATIVE_FLOOR))  # exact matches would be log10(0) = −inf
         finite = np.isfinite(measure)
         worst = np.unravel_index(int(np.argmax(np.where(finite, measure, -1.0))), measure.shape) if finite.any() else None
-        z, text, x_title, y_title = _grid(shown, name)
-        raw, *_ = _grid(measure, name)
+        z, text, x_title, y_title = grid_of(shown, name)
+        raw, *_ = grid_of(measure, name)
         heatmap = go.Heatmap(
             z=z, text=text, customdata=raw, colorscale=SEQUENTIAL, hoverongaps=False,
             colorbar={"title": {"text": f"log10 |{a} − {b}| / |{b}|"}},
@@ -200,7 +200,7 @@ def error_heatmap(comparison: InputComparison, pair: Pair = DEFAULT_PAIR, relati
         peak = f"max {errors.max_rel:.3g}"
     else:
         measure, worst = errors.signed, errors.worst
-        z, text, x_title, y_title = _grid(errors.signed, name)
+        z, text, x_title, y_title = grid_of(errors.signed, name)
         heatmap = go.Heatmap(
             z=z, text=text, colorscale=DIVERGING, zmid=0.0, hoverongaps=False,
             colorbar={"title": {"text": f"{a} − {b}"}, "exponentformat": "power"},
@@ -496,7 +496,7 @@ def parity_error_map(cell, index: int = 0) -> go.Figure | None:
         return None
     signed = np.asarray(cell.differences[index], dtype=float)
     name = cell.names[index] if index < len(cell.names) else f"entry {index}"
-    z, text, x_title, y_title = _grid(np.where(np.isfinite(signed), signed, np.nan), name)
+    z, text, x_title, y_title = grid_of(np.where(np.isfinite(signed), signed, np.nan), name)
     fig = go.Figure(go.Heatmap(
         z=z, text=text, colorscale=DIVERGING, zmid=0.0, hoverongaps=False,
         colorbar={"title": {"text": "path − truth"}, "exponentformat": "power"},
