@@ -23,7 +23,8 @@ from .tolerances import Tolerances
 # is not linear in grad_output; a random probe uᵀJ; the drawn gradient (the loss's upstream)
 # under a condition: a random probe; the grad_output the backward was handed, written into; the
 # directional derivative along tied values moved together, against the one-sided differences
-KINDS = ("entry", "zero upstream", "off pattern", "not linear", "probe", "drawn", "condition", "wrote grad_output", "tied directions")
+KINDS = ("entry", "zero upstream", "off pattern", "not linear", "probe", "drawn", "condition", "wrote grad_output", "tied directions",
+         "forward")  # forward: the formula's output against its reference's
 TRUTH_WORDS = {"reference": "autograd through the reference", "surrogate": "autograd through the declared surrogate",
                "numerical": "finite differences"}
 NOISE_FACTOR = 4  # an entry fails against finite differences only beyond this many times their own error estimate
@@ -119,6 +120,8 @@ class Finding:
         """The upstream gradient that showed it, in words."""
         if self.kind == "drawn":
             return "the drawn upstream gradient"
+        if self.kind == "forward":
+            return "the forward's output"
         if self.kind == "wrote grad_output":
             return "the grad_output handed to backward, before and after"
         if self.kind == "tied directions":
@@ -154,6 +157,10 @@ class Finding:
             return (f"for random upstream gradient {self.probe}, uᵀJ at {self.at} is {_value(self.formula)} by the formula's backward, "
                     f"{self.truth:.6g} by the {truth} truth: the backward uses grad_output wrongly, or misses entries "
                     f"(allowed {self._allowed()})")
+        if self.kind == "forward":
+            whose = "the declared surrogate's" if self.role == "surrogate" else "the reference's"
+            return (f"the formula's forward differs from {whose}: {self.output} is {self.formula:.6g} by the formula, {self.truth:.6g} "
+                    f"by the {self.role} (allowed {self._allowed()})")
         if self.kind == "wrote grad_output":
             return (f"backward wrote into grad_output in place (by up to {self.amount:.3g}): every other consumer of that "
                     f"tensor then gets a corrupted gradient")

@@ -18,7 +18,7 @@ import torch
 from .diagnosis import confirm, diagnose, diagnose_failure
 from .evaluate import (as_float64, backward_products, numerical_entries, numerical_gradient, numerical_jacobian, product_noise,
                        summed_gradients, with_values)
-from .finding import Evidence, Finding, tolerances_text
+from .finding import Evidence, Finding
 from .judge import JacobianVerdict, check_jacobian, compare_entries, resolution_unit, truth_scale
 from .options import DEFAULT_JACOBIAN_LIMIT, CheckOptions
 from .planning import DifferencePlan, plan
@@ -146,8 +146,9 @@ def _plain_verdict(first: FirstOrder, diagnosis=None) -> Verdict:
         return Verdict("fail", why=why, failure=first.failure)
     coverage = jacobian.coverage.describe()
     if first.forward:
-        found = jacobian.found or drawn
-        return Verdict("fail", coverage, found.describe() if found else "", why if found else "", forward=first.forward, found=found)
+        found = jacobian.found or drawn  # the backward against its own forward
+        return Verdict("fail", coverage, found.describe() if found else "", why if found else "", forward=first.forward,
+                       found=found or first.forward_found)
     if jacobian.outcome != "pass":
         return Verdict(jacobian.outcome, coverage, jacobian.finding, why if jacobian.outcome == "fail" else "", found=jacobian.found)
     if drawn is not None:
@@ -267,23 +268,28 @@ def _analytic(run, inputs, upstream) -> tuple[list[np.ndarray] | None, Failure |
 
 
 def forward_difference(formula_output: Tensor, reference_output: Tensor, tolerances: Tolerances,
-                       output_element: Callable[[int], str], role: str = "reference") -> str:
-    """The formula's forward against its reference's, in words; "" where they agree. Where they
-    differ, the reference's gradient is not the derivative of the formula's forward, so it cannot
-    judge the backward: that is the finding, and the backward is judged against its own forward."""
+                       output_element: Callable[[int], str], role: str = "reference") -> tuple[str, Finding | None]:
+    """The formula's forward against its reference's: in words ("" where they agree) and, where
+    their values differ, as a finding. Where they differ, the reference's gradient is not the
+    derivative of the formula's forward, so it cannot judge the backward: that is the finding, and
+    the backward is judged against its own forward."""
     whose = "the declared surrogate's" if role == "surrogate" else "the reference's"
     if formula_output.shape != reference_output.shape:
         return (f"the formula's forward gives an output of shape {tuple(formula_output.shape)}, {whose} one of shape "
-                f"{tuple(reference_output.shape)}")
+                f"{tuple(reference_output.shape)}"), None
     mine, truth = as_float64(formula_output, formula_output).reshape(-1), as_float64(reference_output, reference_output).reshape(-1)
     scale = truth_scale({"reference": truth})
     finite = np.flatnonzero(np.isfinite(mine))  # an overflow is the same function computed badly: the verdict's to show, by the same truth
     judgement = compare_entries(mine[finite], {"reference": truth[finite]}, tolerances, scale=scale)
     if not judgement.failed:
-        return ""
+        return "", None
     k = int(finite[np.argmax(judgement.excess)])
-    return (f"the formula's forward differs from {whose}: {output_element(k)} is {mine[k]:.6g} by the formula, {truth[k]:.6g} "
-            f"by the {role} (allowed {tolerances_text(tolerances, 'reference', scale, role)})")
+    wrong = np.zeros(mine.size, dtype=bool)
+    wrong[finite] = judgement.excess > 0
+    shape = tuple(formula_output.shape)
+    found = Finding("forward", "output", shape, k, float(mine[k]), float(truth[k]), "reference", role, output=output_element(k),
+                    tolerances=tolerances, scale=scale, evidence=(Evidence.of_product("output", shape, mine, truth, wrong, scale),))
+    return found.describe(), found
 
 
 def _forward_error(formula_output: Tensor | None, reference_output: Tensor | None) -> float:
@@ -410,9 +416,9 @@ def first_order(problem: Problem, options: CheckOptions, plans: Sequence[Differe
     grad_output = upstream.double() if low and upstream is not None else grad_output
     tolerances = replace(default_tolerances(torch.float64 if low else dtype, step=options.step, atol=options.atol, rtol=options.rtol),
                          unit=options.unit)
-    checked, outputs, forward, forward_error = exact, None if exact.failure else _outputs(exact), "", math.nan
+    checked, outputs, forward, forward_error, forward_found = exact, None if exact.failure else _outputs(exact), "", math.nan, None
     if outputs and outputs[0] is not None and outputs[1] is not None:  # the truth's forward must be the formula's
-        forward = forward_difference(outputs[1], outputs[0], tolerances, exact.output_element, exact.role)
+        forward, forward_found = forward_difference(outputs[1], outputs[0], tolerances, exact.output_element, exact.role)
         forward_error = _forward_error(outputs[1], outputs[0]) if outputs[0].shape == outputs[1].shape else math.inf
         if forward:  # then its gradient is no truth for this backward
             checked, outputs = replace(exact, reference=None, role="reference"), (None, *outputs[1:])
@@ -422,7 +428,7 @@ def first_order(problem: Problem, options: CheckOptions, plans: Sequence[Differe
     e = exact.failure or evaluate(checked, tolerances, plans, grad_output, options.upstream, options.seed, options.budget_bytes,
                                   options.work_limit, outputs)
     common = dict(problem=problem, exact=exact, checked=checked, tolerances=tolerances, outputs=outputs or (), forward=forward,
-                  forward_error=forward_error, upstream=upstream, judge=check)
+                  forward_found=forward_found, forward_error=forward_error, upstream=upstream, judge=check)
     if isinstance(e, Failure):
         return FirstOrder(**common, evaluation=None, jacobian=None, comparisons=(), drawn=None, raised=e)
     jacobian = None

@@ -48,6 +48,7 @@ class FirstOrder:
     tolerances: Tolerances
     outputs: tuple  # (the reference's output, the formula's, a failure of either's forward); () where none ran
     forward: str  # the formula's forward differs from the truth's, in words ("" where they agree)
+    forward_found: Finding | None  # and where their values differ, as a finding
     forward_error: float
     upstream: Tensor | None  # the drawn upstream as given, in the problem's dtype (None: chosen by the evaluation)
     judge: Callable[..., GradientReport]  # the whole check, for a changed problem (a condition's): (problem, options)

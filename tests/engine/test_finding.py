@@ -134,3 +134,27 @@ def test_a_card_failing_under_a_condition_shows_the_conditions_error(specimen):
     assert found is not None and found.wrong > 0  # the changed case's values, not the plain case's right ones
     numbers = {n.label: n.value for n in card(report).numbers}
     assert numbers["worst error"] not in ("—", "0e+00×")
+
+
+class SquarePlusOne(torch.autograd.Function):
+    """x² + 1 forward against a reference of x²: its backward is right for its own forward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x + 1
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 2 * x * g
+
+
+def test_a_forward_that_differs_is_the_cards_finding_though_its_backward_is_right_for_it():
+    report = check_gradients(SquarePlusOne, _x(), reference=lambda x: x * x, conditions="none", training=0)
+    assert report.verdict.outcome == "fail" and report.verdict.forward and not report.verdict.finding
+    found = report.verdict.found
+    assert found.kind == "forward" and found.wrong == 48 and found.formula - found.truth == pytest.approx(1.0)
+    assert report.verdict.forward == found.describe()
+    shown = card(report)
+    assert f"aria-label='48 of 48" in card_figure(shown, report)

@@ -72,7 +72,7 @@ def entries_scatter(report: GradientReport) -> str | None:
         analytic = np.concatenate([e.formula for e in found.evidence])
         wrong = np.concatenate([e.wrong for e in found.evidence])
         title = {"entry": "Jacobian entries: formula against truth", "wrote grad_output": "grad_output: after backward against before",
-                 "tied directions": "uᵀJd along tied values"}.get(found.kind, f"uᵀJ for {found.shown_by}")
+                 "tied directions": "uᵀJd along tied values", "forward": "Output: formula against reference"}.get(found.kind, f"uᵀJ for {found.shown_by}")
     else:
         verdict = report.jacobian
         if verdict is None or not any(e.rows.size for e in verdict.entries):
