@@ -21,7 +21,7 @@ from gradient_lab.present.figures.check import (
     step_sweep_figure,
     worst_elements,
 )
-from gradient_lab.present.cards import (OWN_LINES, condition_rows, conditions_line as card_conditions, parity_line as card_parity,
+from gradient_lab.present.cards import (OWN_LINES, condition_rows, drawn_upstream, conditions_line as card_conditions, parity_line as card_parity,
                                         parity_rows, precision_failed, precision_line as card_precision, precision_rows, stage_title,
                                         styled_parity)
 from gradient_lab.present.figures.determinism import spread_map
@@ -29,7 +29,6 @@ from gradient_lab.present.figures.precision import error_against_magnitude, ulp_
 from gradient_lab.present.report_data import drawable, element_rows, pair_name, plan_sources, shown, summary
 from gradient_lab.present.reproduce import file_name, precision_test, python_snippet
 
-UPSTREAM_WORDS = {"loss": "loss's", "ones": "all-ones", "random": "random (seeded)", "given": "given"}
 
 case = ui.page_setup(
     "pages/1_Gradient_check.py",
@@ -60,9 +59,7 @@ with ui.guard("This page"):
         st.caption(f"Finite differences (step {report.tolerances.step:g}, tolerance {report.tolerances.atol:g} + "
                    f"{report.tolerances.rtol:g}·|b|): {plan_sources(report)}. "
                    f"{f'Float64 on the {report.dtype} values' if report.precision else report.dtype} on {report.device}. "
-                   + (f"The maps below draw the gradient for {report.verdict.found.shown_by}, the upstream that showed the failure "
-                      f"(the sidebar's {UPSTREAM_WORDS[case.upstream]} one hides it)." if report.upstream == "finding" and report.verdict.found is not None else
-                      f"The maps below draw the gradient for the {UPSTREAM_WORDS[report.upstream]} upstream gradient (sidebar)."))
+                   f"The maps below draw the gradient for {drawn_upstream(report)}.")
         for note in report.notes:
             st.warning(note, icon=":material/warning:")
         if report.failure and not report.inputs:  # no output at all: nothing to draw

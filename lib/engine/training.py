@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 Tensor = torch.Tensor
 STEP_SIZE = 0.05  # the truth's first step, as a part of the inputs' norm
 PART_RTOLS = 10  # the paths part beyond this many times the verdict's rtol of the distance travelled
+FLAT_EPS = 1e4  # a first step of the truth's that lowers the loss by less than this many eps of it: the loss is flat
 MAX_EVALUATIONS = 4096  # finite differences at every step (no trusted reference): at most this many evaluations in all
 # the paths stay together; they part; the formula raises on the way; they stay together although the
 # first-order verdict found wrong entries (the loss's own upstream does not reach them)
@@ -80,6 +81,17 @@ class Training:
         return (f"does it train: its path parts from {truth}'s at step {self.parted} of {self.steps} ({self.distance[self.parted]:.3g} of "
                 f"the distance travelled apart, allowed {self.allowed:.2g}; {losses})")
 
+    def line(self) -> str:
+        """The result in a card's few words; ``describe`` has the numbers."""
+        truth = {"numerical": "finite differences", "surrogate": "the declared surrogate"}.get(self.truth, "the reference")
+        if self.failure is not None:
+            return f"training: raises at step {len(self.losses['formula']) - 1} of {self.steps}"
+        if self.parted >= 0:
+            return f"training: its path parts from {truth}'s at step {self.parted} of {self.steps}"
+        if self.verdict_failed:
+            return f"training: follows {truth}'s path on this loss, which hides the wrong entries"
+        return f"training: follows {truth}'s path for {self.steps} steps"
+
     def curves(self) -> dict[str, np.ndarray]:
         """What a figure draws: the two loss curves, by step."""
         return {"with the formula's gradient": self.losses["formula"], "with the truth's gradient": self.losses["truth"]}
@@ -114,13 +126,19 @@ def _loss_and_gradient(function: Callable[..., Tensor], loss: Callable[[Tensor],
 def train(function: Callable[..., Tensor], truth: Callable[..., Tensor], loss: Callable[[Tensor], Tensor], inputs: Sequence[Tensor],
           steps: int, rtol: float, numerical: Sequence | None = None, step: float | None = None, truth_name: str = "reference") -> Training | None:
     """Both paths from ``inputs`` (see the module); None where the truth's gradient is zero or not
-    finite at the start (nothing to follow)."""
+    finite at the start, or where the truth's own first step does not lower the loss (a loss flat at
+    the point, as the sum of a softmax: nothing to follow)."""
     start = [x.detach().clone() for x in inputs]
     lossed, truth_grads = _loss_and_gradient(truth, loss, start, numerical, step)
     g = _flat(truth_grads)
     if not math.isfinite(lossed) or not torch.isfinite(g).all() or float(g.norm()) == 0:
         return None
     learning_rate = STEP_SIZE * max(float(_flat(start).norm()), 1.0) / float(g.norm())
+    with torch.no_grad():
+        first_step, _ = _loss_and_gradient(truth, loss, [x - learning_rate * gx.to(x) for x, gx in zip(start, truth_grads)], numerical, step)
+    eps = torch.finfo(inputs[0].dtype).eps if inputs[0].is_floating_point() else torch.finfo(torch.float64).eps
+    if not lossed - first_step > FLAT_EPS * eps * max(abs(lossed), 1.0):
+        return None  # the truth's own step does not lower the loss beyond its rounding: the loss is flat here, nothing to follow
     mine, theirs = [x.clone() for x in start], [x.clone() for x in start]
     losses: dict[str, list[float]] = {"formula": [], "truth": []}
     distance, allowed, parted, failure = [0.0], PART_RTOLS * rtol, -1, None

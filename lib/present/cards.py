@@ -189,6 +189,7 @@ def details(report: GradientReport) -> tuple[str, ...]:
         lines.append(_capital(report.precision.describe()) + ".")
     if report.provenance is not None:  # where the first non-finite value came from
         lines.append(f"Not finite: {report.provenance.describe()}.")
+    lines += [f"{line}." for _, line in stage_lines(report)]  # the other stages, in full
     if verdict.coverage:
         lines.append(("Without it, checked " if verdict.condition else "Checked ") + verdict.coverage + ".")
     if report.conditions is not None:
@@ -219,22 +220,36 @@ def conditions_line(report: GradientReport) -> tuple[str, str] | None:
 OWN_LINES = ("second_order", "conditions", "precision", "parity", "provenance", "determinism")  # stages the card says in lines of their own
 
 
+def drawn_upstream(report: GradientReport) -> str:
+    """The upstream gradient the maps draw, in words: the one asked for (the sidebar's) or, where the
+    loss's hid the failure, the one that showed it (the finding's own probe, a zero one, else the
+    first random probe)."""
+    found = report.verdict.found
+    if report.upstream != "finding" or found is None:
+        asked = {"loss": "the loss's", "ones": "the all-ones", "random": "a random (seeded)", "given": "the given"}
+        return f"{asked.get(report.upstream, report.upstream)} upstream gradient (sidebar)"
+    which = "a zero upstream gradient" if found.kind == "zero upstream" else f"random upstream gradient {found.probe or 1}"
+    return f"{which}, which shows the failure (the loss's upstream gradient hides it)"
+
+
 def stage_title(name: str) -> str:
     """A stage's name as a heading: "does it train" for ``training``."""
     return {"training": "Does it train", "second_order": "Second order"}.get(name, name.replace("_", " ").capitalize())
 
 
-def stage_lines(report: GradientReport, skip: tuple[str, ...] = OWN_LINES) -> tuple[tuple[str, str], ...]:
+def stage_lines(report: GradientReport, skip: tuple[str, ...] = OWN_LINES, short: bool = False) -> tuple[tuple[str, str], ...]:
     """(outcome, line) of each stage that ran, in the stages' order, but those said elsewhere
-    (``skip``): every stage's result has an ``outcome`` and a ``describe()``."""
-    return tuple((result.outcome, _capital(result.describe())) for name, result in report.stages.items() if name not in skip)
+    (``skip``): every stage's result has an ``outcome`` and a ``describe()``, and may have a
+    shorter ``line()`` for a card (``short``)."""
+    said = lambda result: (getattr(result, "line", None) if short else None) or result.describe  # noqa: E731
+    return tuple((result.outcome, _capital(said(result)())) for name, result in report.stages.items() if name not in skip)
 
 
 def card(report: GradientReport) -> Card:
     second = report.second_order
     return Card(report.formula, report.verdict.outcome, headline(report), numbers(report), picture(report), details(report),
                 (second.outcome, _capital(second.summary) + ".") if second is not None else None, conditions_line(report),
-                precision_line(report), stage_lines(report))
+                precision_line(report), stage_lines(report, short=True))
 
 
 CONDITION_COLUMNS = ("condition", "outcome", "worst entry", "why")

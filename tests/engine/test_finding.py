@@ -12,53 +12,8 @@ from gradient_lab.present.cards import card
 from gradient_lab.present.figures.cards import card_figure
 from gradient_lab.testing import check_gradients
 from tests.specimens import conditions, zoo
-
-
-class Softmax(torch.autograd.Function):
-    """A row softmax; its backward is the one argument that changes per specimen."""
-
-    @staticmethod
-    def forward(ctx, x):
-        y = torch.softmax(x, -1)
-        ctx.save_for_backward(y)
-        return y
-
-    @staticmethod
-    def backward(ctx, g):
-        (y,) = ctx.saved_tensors
-        return y * (g - (g * y).sum(-1, keepdim=True))
-
-
-class SoftmaxIgnoresGradOutput(Softmax):
-    @staticmethod
-    def backward(ctx, g):
-        (y,) = ctx.saved_tensors
-        ones = torch.ones_like(g)
-        return y * (ones - (ones * y).sum(-1, keepdim=True))  # grad_output ignored: right for the loss's ones
-
-
-class SoftmaxAveragesGradOutput(Softmax):
-    @staticmethod
-    def backward(ctx, g):
-        return Softmax.backward(ctx, g.mean().expand_as(g))
-
-
-class SoftmaxRollsRows(Softmax):
-    @staticmethod
-    def backward(ctx, g):
-        return Softmax.backward(ctx, g.roll(1, 0))  # reads the previous row's grad_output
-
-
-class StraightThroughClamp(torch.autograd.Function):
-    """clamp(x, -0.5, 0.5) whose backward passes every gradient through: wrong off the clamp's pattern."""
-
-    @staticmethod
-    def forward(ctx, x):
-        return x.clamp(-0.5, 0.5)
-
-    @staticmethod
-    def backward(ctx, g):
-        return g
+from tests.specimens.grad_output import (Softmax, SoftmaxAveragesGradOutput, SoftmaxIgnoresGradOutput, SoftmaxRollsRows,
+                                          StraightThroughClamp)
 
 
 def _x():
@@ -157,4 +112,4 @@ def test_a_forward_that_differs_is_the_cards_finding_though_its_backward_is_righ
     assert found.kind == "forward" and found.wrong == 48 and found.formula - found.truth == pytest.approx(1.0)
     assert report.verdict.forward == found.describe()
     shown = card(report)
-    assert f"aria-label='48 of 48" in card_figure(shown, report)
+    assert "aria-label='48 of 48" in card_figure(shown, report)

@@ -114,3 +114,16 @@ def test_the_details_say_where_a_non_finite_gradient_was_born():
     shown = card(views.compare_case(case, "naive"))
     assert any(line.startswith("Not finite: born in aten.exp in forward at logsumexp.py:") and "exp overflow" in line
                for line in shown.details)
+
+
+def test_the_maps_upstream_is_named_as_asked_or_as_the_one_that_showed_the_failure():
+    from gradient_lab.present.cards import drawn_upstream
+    from gradient_lab.testing import check_gradients
+    from tests.specimens.grad_output import Softmax, SoftmaxIgnoresGradOutput
+
+    x = torch.randn(6, 8, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+
+    right = check_gradients(Softmax, x, reference=lambda x: torch.softmax(x, -1), conditions="none", training=0)
+    wrong = check_gradients(SoftmaxIgnoresGradOutput, x, reference=lambda x: torch.softmax(x, -1), conditions="none", training=0)
+    assert drawn_upstream(right).startswith("the loss's") and wrong.upstream == "finding"
+    assert drawn_upstream(wrong).startswith("random upstream gradient 1, which shows the failure")

@@ -5,6 +5,9 @@ each defined once. A collection that needs another's Function imports it; nothin
   rolled, transposed, swapped, sign, factor, missing term, region, reduction dim, not finite, double
   backward) and correct ones with kinks (``Square``, ``Abs``, ``RowMax``...), each with a reference
   and inputs; our own, written one per class to hold the verdict against gradcheck's slow mode.
+- ``grad_output``: backwards right for the loss's own upstream (ones) and wrong for any other (a
+  softmax that ignores, averages or rolls grad_output; a straight-through clamp off its pattern):
+  what a card must never show as right; our own, after bugs filed against fused softmax kernels.
 - ``conditions``: Functions right in plain use and wrong under one condition (one input requiring a
   gradient, grad_output's or the inputs' layout, aliasing, an empty batch or a batch of one, ties),
   and controls; re-created from kinds of bug seen in public code (a wavelet package, CUDA
