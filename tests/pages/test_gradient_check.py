@@ -56,10 +56,11 @@ def test_fresh_start_shows_the_verdict_maps_table_jacobians_downloads_and_script
     assert float(at.metric[0].value) < 0  # the tutorial's gradient is flipped
     assert any("colour groups" in c.value for c in at.caption)  # how the finite differences were taken
     shown = titles(at)
+    assert shown[0] == "Does it train"  # the stages' sections come with the verdict: its loss curves
     assert any("Diagnosis" == h.value for h in at.subheader)
-    assert "each Jacobian entry, the formula's backward against" in shown[0]
-    shown = shown[1:]  # after the diagnosis's scatter, the maps, then the stages' curves (does it train)
-    assert len(shown) == 5 and shown[4] == "Does it train"
+    assert "each Jacobian entry, the formula's backward against" in shown[1]
+    shown = shown[2:]  # after the diagnosis's scatter, the maps
+    assert len(shown) == 4
     assert "Gradient of the loss w.r.t. x1 (8, 16)" in shown[0] and "signed error analytic − reference" in shown[1]
     assert "distribution of |analytic − reference|" in shown[2] and "Jacobian d output / d x1" in shown[3]
     assert len(at.dataframe) == 1 and len(at.dataframe[0].value) == 10  # the worst elements
