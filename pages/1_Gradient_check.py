@@ -33,5 +33,7 @@ with ui.guard("This page"):
         sections.parity(case, formula)
         sections.diagnosis(report)
     comparison = sections.elements(report) if report is not None else None  # 2. element by element
+    if report is not None:
+        sections.other_stages(case, formula, report)  # does it train, …
     sections.more_checks(case, formula, report, comparison)  # 3. more checks, in tabs
     sections.downloads(case, formula, report)  # 4. downloads and the script

@@ -143,11 +143,16 @@ OPT_IN = ("determinism", "parity")
 
 
 def stages(case, formula, report) -> None:
-    """A section per stage that ran, in the stages' order."""
+    """A section of its own for each stage that has one (``STAGE_SECTIONS``), in the stages' order."""
     for name in report.stages:
         if name in STAGE_SECTIONS:
             STAGE_SECTIONS[name](case, formula, report)
-        elif name not in SAID_ON_THE_CARD and name not in OPT_IN:
+
+
+def other_stages(case, formula, report) -> None:
+    """Every other stage that ran (does it train, …): its line and its curves, under the maps."""
+    for name in report.stages:
+        if name not in STAGE_SECTIONS and name not in SAID_ON_THE_CARD and name not in OPT_IN:
             stage(case, formula, report, name)
 
 

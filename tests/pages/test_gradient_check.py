@@ -56,13 +56,12 @@ def test_fresh_start_shows_the_verdict_maps_table_jacobians_downloads_and_script
     assert float(at.metric[0].value) < 0  # the tutorial's gradient is flipped
     assert any("colour groups" in c.value for c in at.caption)  # how the finite differences were taken
     shown = titles(at)
-    assert shown[0] == "Does it train"  # the stages' sections come with the verdict: its loss curves
     assert any("Diagnosis" == h.value for h in at.subheader)
-    assert "each Jacobian entry, the formula's backward against" in shown[1]
-    shown = shown[2:]  # after the diagnosis's scatter, the maps
-    assert len(shown) == 4
+    assert "each Jacobian entry, the formula's backward against" in shown[0]
+    shown = shown[1:]  # after the diagnosis's scatter, the maps, the other stages' curves (does it train), the Jacobians' tab
+    assert len(shown) == 5 and shown[3] == "Does it train"
     assert "Gradient of the loss w.r.t. x1 (8, 16)" in shown[0] and "signed error analytic − reference" in shown[1]
-    assert "distribution of |analytic − reference|" in shown[2] and "Jacobian d output / d x1" in shown[3]
+    assert "distribution of |analytic − reference|" in shown[2] and "Jacobian d output / d x1" in shown[4]
     assert len(at.dataframe) == 1 and len(at.dataframe[0].value) == 10  # the worst elements
     assert len(at.get("download_button")) == 3  # CSV, JSON, the script
     assert "torch.autograd.gradcheck(" in at.code[0].value and "formula = 'tutorial'" in at.code[0].value
