@@ -112,11 +112,6 @@ def exceedances(values: np.ndarray, truth: np.ndarray, rtol: float) -> np.ndarra
     return np.where(np.isfinite(values), np.abs(values - truth) - rtol * np.abs(truth), math.inf)
 
 
-def required_atol(values: np.ndarray, truth: np.ndarray, rtol: float) -> float:
-    """The least atol with which ``assert_close(values, truth, atol=atol, rtol=rtol)`` passes."""
-    return float(max(exceedances(values, truth, rtol).max(initial=0.0), 0.0))
-
-
 def suggest_tolerance(draws: Sequence[np.ndarray], dtype: torch.dtype, scales: Sequence[float] = (),
                       rate: float = FLAKE_RATE) -> SuggestedTolerance:
     """The tightest atol (rtol: assert_close's default for the dtype) with which a test of one draw

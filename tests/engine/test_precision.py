@@ -46,6 +46,16 @@ def report_of(family: str, formula: str, dtype: str, shape=(8, 16), perturbation
 # ---- the measures ------------------------------------------------------------------------------------
 
 
+def test_the_largest_exceedance_is_the_least_atol_that_assert_close_passes_with():
+    values, truth = np.array([1.0, 2.1, 0.0]), np.array([1.0, 2.0, 0.05])
+    atol = float(P.exceedances(values, truth, rtol=0.01).max())
+    assert atol == pytest.approx(0.08)
+    torch.testing.assert_close(torch.tensor(values), torch.tensor(truth), atol=atol * (1 + 1e-9), rtol=0.01)
+    with pytest.raises(AssertionError):
+        torch.testing.assert_close(torch.tensor(values), torch.tensor(truth), atol=atol * 0.99, rtol=0.01)
+    assert P.exceedances(np.array([np.inf]), np.array([1.0]), 0.01).max() == math.inf
+
+
 def test_ulps_count_units_in_the_last_place_of_the_dtype_at_the_truth():
     truth = np.array([1.0, 1.0, 3.0, 0.0])
     values = np.array([1.0 + 2**-7, 1.0 - 2**-7, 3.0 + 2**-6, 2**-133])
@@ -60,16 +70,6 @@ def test_error_stats_give_rmse_snr_and_the_mismatch_at_given_tolerances():
     assert stats.ulp_counts.sum() == 2
     broken = P.error_stats(np.array([np.nan, 4.0]), truth, torch.float16)
     assert broken.max_error == math.inf and broken.non_finite == 1 and broken.snr_db == -math.inf
-
-
-def test_required_atol_is_the_least_that_assert_close_passes_with():
-    values, truth = np.array([1.0, 2.1, 0.0]), np.array([1.0, 2.0, 0.05])
-    atol = P.required_atol(values, truth, rtol=0.01)
-    assert atol == pytest.approx(0.08)
-    torch.testing.assert_close(torch.tensor(values), torch.tensor(truth), atol=atol * (1 + 1e-9), rtol=0.01)
-    with pytest.raises(AssertionError):
-        torch.testing.assert_close(torch.tensor(values), torch.tensor(truth), atol=atol * 0.99, rtol=0.01)
-    assert P.required_atol(np.array([np.inf]), np.array([1.0]), 0.01) == math.inf
 
 
 def test_suggested_atol_extrapolates_beyond_the_draws_and_holds_on_fresh_ones():

@@ -381,7 +381,7 @@ def _max_over_inputs(report: GradientReport, pair: Pair) -> float:
 
 
 def verdict_rows(reports: list[GradientReport]) -> list[dict]:
-    """One plain row per report (formula), unrounded: what ``verdict_table`` shows, for downloads."""
+    """One plain row per report (formula), unrounded: Home's table of every formula's numbers, and downloads."""
     return [
         dict(zip(VERDICT_COLUMNS, (
             r.formula,
@@ -410,18 +410,6 @@ def table_rows(rows: list[dict]) -> list[dict]:
 def _table_cell(value: float, spec: str) -> str:
     """A table cell: the value formatted, or a dash where there is none (not finite)."""
     return format(value, spec) if math.isfinite(value) else "—"
-
-
-def verdict_table(reports: list[GradientReport]) -> go.Figure:
-    """Each formula's verdict and headline numbers, one row per report, coloured by pass/fail."""
-    rows = verdict_rows(reports)
-    specs = dict(zip(VERDICT_COLUMNS[3:6], (".3g", ".3g", ".3f")))
-    columns = [[_table_cell(row[k], specs[k]) if k in specs else str(row[k]) for row in rows] for k in VERDICT_COLUMNS]
-    fills = [STATUS_FILL.get(row["verdict"], "white") for row in rows]
-    passed = sum(row["verdict"] == "pass" for row in rows)
-    family = f"{reports[0].family}, {reports[0].dtype}: " if reports else ""
-    header = [*VERDICT_COLUMNS[:-1], "forward evaluations"]
-    return _table(f"Verdicts ({family}{passed} of {len(rows)} formulas pass)", header, columns, fills, [2, 1, 1.3, 2, 2, 1.5, 1.5, 1.5])
 
 
 def worst_elements(comparison: InputComparison, pair: Pair = DEFAULT_PAIR, k: int = 10) -> list[dict]:

@@ -20,7 +20,6 @@ from gradient_lab.present.figures.check import (
     jacobian_heatmaps,
     step_sweep_figure,
     verdict_rows,
-    verdict_table,
     worst_elements,
 )
 
@@ -238,7 +237,7 @@ def test_conformance_table_trims_messages_and_colours_by_status():
     assert title(fig) == "Conformance: 1 pass, 1 fail, 1 not supported, 1 skipped"
 
 
-def test_verdict_rows_and_table_carry_the_report_numbers(tutorial, corrected):
+def test_verdict_rows_carry_the_report_numbers(tutorial, corrected):
     reports = [tutorial, corrected]
     rows = verdict_rows(reports)
     assert [(r["formula"], r["verdict"]) for r in rows] == [("tutorial", "fail"), ("corrected", "pass")]
@@ -246,21 +245,15 @@ def test_verdict_rows_and_table_carry_the_report_numbers(tutorial, corrected):
         for pair in (AR, ("analytic", "numerical")):
             assert row[f"max |{pair[0]} − {pair[1]}|"] == max(c.errors[pair].max_abs for c in report.inputs)
         assert row["cosine to reference"] == report.cosine and row["evaluations"] == report.evaluations
-    (table,) = verdict_table(reports).data
-    columns = table.cells.values
-    assert list(columns[1]) == ["fail", "pass"]
-    assert columns[5][1] == f"{corrected.cosine:.3f}" == "1.000"
-    assert list(columns[2]) == ["fail", "pass"]  # second order: the tutorial's double backward is wrong too
+    assert [r["second order"] for r in rows] == ["fail", "pass"]  # the tutorial's double backward is wrong too
     assert row["entries checked one by one"] == report.jacobian.coverage.compared > 0
-    assert list(table.cells.fill.color[0]) == [STATUS_FILL["fail"], STATUS_FILL["pass"]]
 
 
 def test_verdict_rows_of_a_formula_that_raised():
     raised = compare_gradients(COSINE, "tutorial", COSINE.build_inputs((2, 3, 4)))
     (row,) = verdict_rows([raised])
     assert row["verdict"] == "fail" and math.isnan(row["max |analytic − reference|"])
-    (table,) = verdict_table([raised]).data
-    assert table.cells.values[3][0] == "—" and row["second order"] == "not checked"
+    assert row["second order"] == "not checked"
 
 
 def test_worst_elements_are_sorted_with_the_worst_first(tutorial):
@@ -293,4 +286,4 @@ def test_every_figure_has_a_title_and_axis_titles(tutorial, corrected, cube, swe
         assert fig.layout.xaxis.title.text and fig.layout.yaxis.title.text
         if len([t for t in fig.data if t.showlegend is not False and not isinstance(t, go.Heatmap)]) > 1:
             assert fig.layout.showlegend is not False
-    assert title(conformance_table([])) and title(verdict_table([corrected]))
+    assert title(conformance_table([]))
