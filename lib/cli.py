@@ -244,6 +244,8 @@ def text_table(results: Sequence[FormulaResult]) -> str:
         if r.report is not None and r.report.provenance is not None:
             lines.append(textwrap.fill(f"not finite: {r.report.provenance.describe()}", WIDTH, initial_indent="    ",
                                        subsequent_indent="      "))
+        for _, line in stage_lines(r.report, short=True) if r.report is not None else ():  # the other stages: does it train, …
+            lines.append(textwrap.fill(line[0].lower() + line[1:], WIDTH, initial_indent="    ", subsequent_indent="      "))
         if r.determinism is not None:
             lines.append(textwrap.fill(f"determinism: {r.determinism.describe()}", WIDTH, initial_indent="    ",
                                        subsequent_indent="      "))

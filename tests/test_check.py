@@ -12,6 +12,7 @@ import pytest
 
 from gradient_lab import cli
 from gradient_lab.app.family import families
+from gradient_lab.engine.finding import KINDS
 from tests.registry import families_kept
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -261,3 +262,14 @@ def test_a_gradient_that_is_not_finite_says_where_it_was_born_in_text_and_json(c
     assert born["op"] == "aten.div" and born["cause"] == "x/0" and born["line"].startswith("nan_functions.py:") and born["fix"]
     assert cli.main(args) == 1
     assert "not finite: born in aten.div in backward at nan_functions.py:" in " ".join(capsys.readouterr().out.split())
+
+
+def test_each_formula_says_whether_it_trains_in_text_and_json(capsys):
+    with families_kept():
+        assert cli.main(["check", EXAMPLE, "--family", "swish", "--format", "json"]) == 0
+        formulas = {f["formula"]: f["report"] for f in json.loads(capsys.readouterr().out)["formulas"]}
+        text = cli.text_table(cli.check_module(EXAMPLE, family="swish"))
+    assert formulas["swish"]["training"]["outcome"] == "pass" and formulas["swish"]["training"]["parted"] == -1
+    wrong = formulas["forgot chain rule"]
+    assert wrong["training"]["outcome"] == "fail" and wrong["training"]["parted"] >= 1 and wrong["finding"]["kind"] in KINDS
+    assert "training: follows the reference's path" in text and "training: its path parts" in text
