@@ -264,12 +264,14 @@ def test_a_gradient_that_is_not_finite_says_where_it_was_born_in_text_and_json(c
     assert "not finite: born in aten.div in backward at nan_functions.py:" in " ".join(capsys.readouterr().out.split())
 
 
-def test_each_formula_says_whether_it_trains_in_text_and_json(capsys):
+def test_each_formula_says_whether_it_trains_in_text_json_and_html(capsys, tmp_path):
     with families_kept():
-        assert cli.main(["check", EXAMPLE, "--family", "swish", "--format", "json"]) == 0
+        assert cli.main(["check", EXAMPLE, "--family", "swish", "--format", "json", "--report", str(tmp_path / "r.html")]) == 0
         formulas = {f["formula"]: f["report"] for f in json.loads(capsys.readouterr().out)["formulas"]}
         text = cli.text_table(cli.check_module(EXAMPLE, family="swish"))
     assert formulas["swish"]["training"]["outcome"] == "pass" and formulas["swish"]["training"]["parted"] == -1
     wrong = formulas["forgot chain rule"]
     assert wrong["training"]["outcome"] == "fail" and wrong["training"]["parted"] >= 1 and wrong["finding"]["kind"] in KINDS
     assert "training: follows the reference's path" in text and "training: its path parts" in text
+    page = (tmp_path / "r.html").read_text()
+    assert "<h3>Does it train: fail</h3>" in page and "paths part at step" in page  # its line and its curves

@@ -130,3 +130,17 @@ def test_dtype_asserts_the_precision_too_and_the_message_gives_the_tolerances():
     assert "what PyTorch's own (autograd through the reference) in float16 needs" in message
     with pytest.raises(TypeError, match="floating-point torch.dtype"):
         check_gradients(pf.ShiftedSoftmax.apply, x, dtype=torch.int64)
+
+
+def test_the_message_says_whether_it_trains():
+    class SquareOffByHalf(zoo.Square):
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return 3 * x * g
+
+    x = torch.randn(4, 6, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    with pytest.raises(AssertionError) as raised:
+        assert_gradients_match(SquareOffByHalf, x, reference=lambda x: x * x)
+    message = " ".join(str(raised.value).split())
+    assert "Does it train: its path parts from the reference's at step 1" in message and "[fail]" in message
