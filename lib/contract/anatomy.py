@@ -372,13 +372,16 @@ def _held(value) -> str:
     return what + (": the CPU random generator's state (torch.get_rng_state()), fine to keep on ctx" if _is_rng_state(value) else "")
 
 
-def _lint_ctx(node) -> list[Broken]:
+def _lint_ctx(node, input_shapes: set[tuple[int, ...]] = frozenset()) -> list[Broken]:
     """The tensors a node keeps on ctx. Kept there rather than saved, an input or output (or a view
     of one) is what save_for_backward exists for: double backward loses its graph, in-place changes
     to it go unseen, and an output on its own ctx makes a cycle that leaks. Any other floating tensor
-    (an activation made inside forward) no gradient flows through: only saved-tensor hooks miss it,
-    a note. An integer or bool one carries no gradient at all (a generator's state, as
-    torch.utils.checkpoint keeps it, shapes, indices, masks): nothing to say."""
+    (an activation made inside forward) no gradient flows through: where it has an input's shape it
+    was computed from that input element by element (exp(x), a norm's scale, a CDF's denominator),
+    and a double backward through backward cannot see how it depends on it, a warning (the PyTorch
+    tutorial's "what not to do"); else only saved-tensor hooks miss it, a note. An integer or bool
+    one carries no gradient at all (a generator's state, as torch.utils.checkpoint keeps it,
+    shapes, indices, masks): nothing to say."""
     broken = []
     for attribute, value in vars(node).items():
         held = [] if attribute in _CTX_INTERNALS or attribute.startswith("_") else _tensors_in(value)
@@ -390,6 +393,11 @@ def _lint_ctx(node) -> list[Broken]:
                                  f"ctx.{attribute} holds {what}, an input or output of forward (or a view of one), as an attribute "
                                  "instead of saving it with ctx.save_for_backward: first order works, but double backward can lose its "
                                  "graph, in-place changes to it go unseen, and it can leak with the graph"))
+        elif any((t.is_floating_point() or t.is_complex()) and tuple(t.shape) in input_shapes for t in held):
+            broken.append(Broken("tensors are saved with save_for_backward", "warning",
+                                 f"ctx.{attribute} holds {what} computed in forward from its input, as an attribute: backward works, "
+                                 "but a double backward through it cannot see how it depends on the input, and saved-tensor hooks "
+                                 "never see it; save the input or output with ctx.save_for_backward and recompute it in backward"))
         elif any(t.is_floating_point() or t.is_complex() for t in held):
             broken.append(Broken("tensors are saved with save_for_backward", "note",
                                  f"ctx.{attribute} holds {what} that no gradient flows through, as an attribute: fine for backward, but "
@@ -398,7 +406,8 @@ def _lint_ctx(node) -> list[Broken]:
 
 
 def _lint_node(node, inputs, names, raw: Sequence) -> list[Broken]:
-    broken = lint_class(node._forward_cls) + _lint_ctx(node)
+    shapes = {tuple(x.shape) for x in inputs if isinstance(x, Tensor)}
+    broken = lint_class(node._forward_cls) + _lint_ctx(node, shapes)
     # what backward returned
     n_inputs = len(node.needs_input_grad)
     if len(raw) != n_inputs:

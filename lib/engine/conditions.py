@@ -454,7 +454,30 @@ def _tied_directions(problem, tolerances: Tolerances, seed: int) -> Finding | No
     return None
 
 
-def _other_values(problem, tolerances, judge_point, every: bool, seed: int, plain_passed: bool) -> list[ConditionResult]:
+def _not_a_batch(jacobian: JacobianVerdict, batch: int) -> str:
+    """Why the inputs' leading dim is not a batch, read from the plain verdict's pattern; "" where it
+    is one (or the pattern cannot tell: a scalar output, no entries). A batch's output rows each
+    depend on their own input row alone; a dim the function reduces or mixes is not one."""
+    shape = jacobian.output_shape
+    if not shape:
+        return ""
+    if shape[0] != batch:
+        return f"the inputs' leading dim ({batch}) is not the output's ({shape[0]}): the function reduces it, so it is not a batch"
+    out_row = max(math.prod(shape) // batch, 1)
+    for e in jacobian.entries:
+        if not e.shape or e.shape[0] != batch or not e.rows.size:
+            continue
+        in_row = max(math.prod(e.shape) // batch, 1)
+        mixed = (e.rows // out_row) != (e.cols // in_row)
+        if mixed.any():
+            k = int(np.argmax(mixed))
+            return (f"the inputs' leading dim is not a batch: output row {int(e.rows[k] // out_row)} depends on {e.name}'s row "
+                    f"{int(e.cols[k] // in_row)}, so emptying it or cutting it to one row makes another function")
+    return ""
+
+
+def _other_values(problem, tolerances, judge_point, every: bool, seed: int, plain_passed: bool,
+                  jacobian: JacobianVerdict) -> list[ConditionResult]:
     if problem.remake is None or not all(bool(torch.isfinite(x).all()) for x in problem.inputs):
         return []  # at non-finite inputs the plain verdict says what the formula does with them; moved, they mean nothing
     given, wrt = problem.given, problem.signature.wrt
@@ -489,7 +512,11 @@ def _other_values(problem, tolerances, judge_point, every: bool, seed: int, plai
         apart[ib] = _jittered(apart, [ia], 1e-3, seed)[ia]  # nearly the same values, in a tensor of its own
         found.append(_controlled(name, "aliasing", label, judge_point, changed, lambda apart=apart: problem.remake(tuple(apart)),
                                  f"with {names[b]} a tensor of its own at nearly the values of {names[a]}", plain_passed))
-    if batch is not None and batch > 0:
+    not_batch = _not_a_batch(jacobian, batch) if batch is not None else ""
+    if not_batch:  # emptied or cut to one row, it would be another function: outside the Function's domain
+        found += [ConditionResult(name, "size", label, "not applicable", finding=not_batch)
+                  for name, label in (("the batch is empty", "an empty batch"), ("the batch has one row", "a batch of one"))]
+    elif batch is not None and batch > 0:
         found.append(_empty(problem, given, batch))
         if batch > 1:
             one = _rows(given, batch, 1)
@@ -535,7 +562,7 @@ def check_conditions(problem, tolerances: Tolerances, jacobian: JacobianVerdict,
     results = [_judge_backward(c, truths) for c in _backwards(problem, every)]
     results += [r if jacobian.passed or not r.failed else  # the plain verdict's failure again, at other values
                 ConditionResult(r.name, r.group, r.label, "as plain", finding="it fails there too, as it does without the condition")
-                for r in _other_values(problem, tolerances, judge_point, every, seed, jacobian.passed)]
+                for r in _other_values(problem, tolerances, judge_point, every, seed, jacobian.passed, jacobian)]
     return Conditions(tuple(results), _notes(problem, truths))
 
 

@@ -258,7 +258,9 @@ def compare_entries(analytic: np.ndarray, truths: dict[str, np.ndarray], toleran
     a product uᵀJ is given its Jacobian's, since the product itself may be 0 up to rounding)
     and, for a truth with an error estimate in ``noise`` (the finite differences' rounding),
     NOISE_FACTOR times that estimate; and wherever it is not finite itself. ``excess`` > 0 marks
-    a failure; +inf an analytic value that is not finite."""
+    a failure; +inf an analytic value that is not finite. Where the reference is a truth and the
+    entry agrees with it, the finite differences do not judge it: an exact reference is never
+    outvoted by differences that disagree with both (their step is wrong for the element's scale)."""
     a = analytic
     finite_a = np.isfinite(a)
     all_finite_a = bool(finite_a.all())  # the common case: no masks to apply for the analytic values
@@ -282,6 +284,12 @@ def compare_entries(analytic: np.ndarray, truths: dict[str, np.ndarray], toleran
             gap[~finite_truth | agrees_with_pytorch] = -np.inf
         elif not finite_truth.all():
             gap[~finite_truth] = -np.inf
+        if name == "numerical" and reference is not None:
+            # a formula that agrees with the reference is not outvoted by the differences alone: they
+            # disagree with both, so they are the ones off (a step too large for the element's scale)
+            with np.errstate(invalid="ignore"):
+                agrees = np.abs(a - reference) <= atol + tolerances.rtol * np.abs(reference)
+            gap = np.where(agrees, -np.inf, gap)
         np.maximum(excess, gap, out=excess)
         largest = gap.max(initial=-np.inf)
         if largest > 0 and largest > worst_gap:  # the truth that the worst entry is worst against

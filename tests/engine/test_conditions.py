@@ -323,3 +323,14 @@ def test_other_values_beyond_the_default_size_are_said_not_applicable_and_run_wi
     assert default["aliasing"] == default["ties"] == "not applicable" and default["size"] in ("pass", "not applicable")
     every = {r.group: r.outcome for r in check(problem, order=1, conditions="all").conditions.results}
     assert every["aliasing"] == every["ties"] == "pass"
+
+
+@pytest.mark.parametrize("dim, batch", [(0, False), (-1, True)])
+def test_only_a_leading_dim_that_is_a_batch_is_emptied_or_cut_to_one_row(dim, batch):
+    # a softmax over dim 0 mixes the leading rows: emptied, it is another function (and its backward may rightly raise)
+    x = torch.randn(4, 6, 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    report = check_gradients(lambda x: torch.softmax(x, dim), x, reference=lambda x: torch.softmax(x, dim), training=0)
+    size = {r.name: r.outcome for r in report.conditions.results if r.group == "size"}
+    assert set(size) == {"the batch is empty", "the batch has one row"}
+    assert all((outcome == "pass") is batch for outcome in size.values())
+    assert all((outcome == "not applicable") is not batch for outcome in size.values())

@@ -183,3 +183,23 @@ def test_a_backward_that_is_not_linear_in_grad_output_is_said_so():
     report = check_gradients(specimen.function, specimen.inputs(), reference=specimen.reference)
     assert not report.jacobian.linear and report.jacobian.off_pattern is None
     assert "b(u₁ + u₂) ≠ b(u₁) + b(u₂)" in report.verdict.finding
+
+
+def test_an_exact_reference_that_agrees_with_the_formula_is_not_outvoted_by_differences_that_disagree_with_both():
+    tolerances = default_tolerances(torch.float64)
+    analytic, reference = np.array([5.9e7, 1.0]), np.array([5.9e7, 1.0])
+    numerical = np.array([5.8e5, 1.0])  # a step far larger than the element's own scale
+    assert not compare_entries(analytic, {"reference": reference, "numerical": numerical}, tolerances).failed
+    wrong = np.array([2.4, 1.0])  # a formula the reference does not agree with still fails, whatever the differences say
+    assert compare_entries(wrong, {"reference": reference, "numerical": numerical}, tolerances).against == "reference"
+
+
+@pytest.mark.parametrize("factor", [0.1, 1.0, 10.0])
+def test_the_corrected_cosine_passes_with_rows_near_zero_and_the_tutorial_still_fails(factor):
+    from gradient_lab.app import views
+    from gradient_lab.app.case import Case
+    from gradient_lab.explore.perturb import Perturbation
+
+    case = Case(formulas=("tutorial", "corrected"), perturbation=Perturbation(near_zero_rows=2, near_zero_factor=factor))
+    assert views.gradient_report(case, "corrected").verdict.passed
+    assert not views.gradient_report(case, "tutorial").verdict.passed
