@@ -275,3 +275,11 @@ def test_each_formula_says_whether_it_trains_in_text_json_and_html(capsys, tmp_p
     assert "training: follows the reference's path" in text and "training: its path parts" in text
     page = (tmp_path / "r.html").read_text()
     assert "<h3>Does it train: fail</h3>" in page and "paths part at step" in page  # its line and its curves
+
+
+def test_a_formula_that_does_not_fit_its_reference_is_refused_alone_with_the_reason():
+    module = str(ROOT / "tests" / "specimens" / "modules" / "mismatched_outputs.py")
+    with families_kept():
+        results = {r.formula: r for r in cli.check_module(module)}
+    assert results["thrice"].outcome == "error" and "gives 3 output(s), the reference 2" in results["thrice"].summary
+    assert results["twice"].outcome == "pass" and results["twice"].status == "ok"

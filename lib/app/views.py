@@ -58,7 +58,24 @@ def _problem(case: Case, formula: str, inputs=None):
     with the case's own fresh draws (another seed, the same builder and perturbation) for the
     precision stage's tolerances."""
     problem = case.get_family().problem(formula, _checked_inputs(case) if inputs is None else inputs, case.param_values())
+    _require_fit(problem)
     return replace(problem, draw=partial(_drawn, case))
+
+
+def _require_fit(problem) -> None:
+    """Refuse a formula whose outputs do not fit its reference's (their number, a shape): nothing
+    can be compared, and the other formulas of the case are checked on their own."""
+    if problem.failure is not None or problem.given_truth is None or problem.signature is None:
+        return
+    try:
+        with torch.no_grad():
+            outputs = problem.given_truth(*problem.given)
+    except Exception:  # noqa: BLE001 - a reference that raises is the verdict's to report, as the reference's
+        return
+    reason = problem.signature.mismatch(outputs)
+    if reason:
+        raise LabError(f"{problem.formula} does not fit its reference: {reason}. Make the reference return the same outputs as "
+                       "the formula, then check again.")
 
 
 def _drawn(case: Case, seed: int) -> tuple:

@@ -330,14 +330,32 @@ def _controlled(name: str, group: str, label: str, judge_point, changed, control
     """The verdict at the changed case; where it fails, the same change without the condition's
     own structure (``control``) tells whether the condition is the cause: a formula right only at
     the user's point (at unit norm, say) fails wherever its values move, ties or not."""
-    result = _from_report(name, group, label, judge_point(changed))
+    result = _from_report(name, group, label, judge_point(changed), changed)
     if result.failed and plain_passed and not judge_point(control()).verdict.passed:
         return ConditionResult(name, group, label, "not applicable",
                                finding=f"the formula fails {control_words} too, so not because of this condition")
     return result
 
 
-def _from_report(name: str, group: str, label: str, report) -> ConditionResult:
+def _outside_domain(changed) -> str:
+    """Why the changed inputs lie outside the Function's domain, where its truth (the reference as
+    given) raises there or is not finite anywhere; "" where it runs, or there is none to ask."""
+    truth = getattr(changed, "given_truth", None)
+    if truth is None:
+        return ""
+    try:
+        with torch.no_grad():
+            output = truth(*changed.given)
+    except Exception as error:  # noqa: BLE001 - the truth's own limit: the changed inputs are outside the domain
+        return f"the reference raises there too ({type(error).__name__}): the changed inputs are outside the Function's domain"
+    outputs = output if isinstance(output, (tuple, list)) else (output,)
+    floats = [o for o in outputs if isinstance(o, Tensor) and o.is_floating_point() and o.numel()]
+    if floats and not any(bool(torch.isfinite(o).any()) for o in floats):
+        return "the reference is not finite there: the changed inputs are outside the Function's domain"
+    return ""
+
+
+def _from_report(name: str, group: str, label: str, report, changed=None) -> ConditionResult:
     verdict = report.verdict
     if verdict.passed:
         return ConditionResult(name, group, label, "pass")
@@ -346,6 +364,9 @@ def _from_report(name: str, group: str, label: str, report) -> ConditionResult:
     failure = verdict.failure
     if failure is not None and failure.stage == "reference":
         return ConditionResult(name, group, label, "not applicable", finding=f"the reference raises there ({failure.kind})")
+    outside = _outside_domain(changed) if failure is not None and failure.stage == "forward" else ""
+    if outside:  # the formula's forward raises where its truth does not run either: not the formula's error
+        return ConditionResult(name, group, label, "not applicable", finding=outside)
     failure = replace(failure, when=name) if failure is not None else None
     return ConditionResult(name, group, label, "fail", finding=verdict.text, failure=failure, found=verdict.found)
 
@@ -357,6 +378,9 @@ def _empty(problem, given, batch: int) -> ConditionResult:
     result = lambda outcome, **kw: ConditionResult(name, "size", label, outcome, **kw)  # noqa: E731
     changed = problem.remake(_rows(given, batch, 0))
     if changed.failure is not None:
+        outside = _outside_domain(changed) if changed.failure.stage == "forward" else ""
+        if outside:
+            return result("not applicable", finding=outside)
         if changed.failure.stage == "reference" or problem.reference is None:  # nothing says it should take one
             return result("not applicable", finding=f"the {'reference' if problem.reference is not None else 'forward'} "
                                                     f"does not take an empty batch ({changed.failure.kind})")
@@ -521,7 +545,8 @@ def _other_values(problem, tolerances, judge_point, every: bool, seed: int, plai
         if batch > 1:
             one = _rows(given, batch, 1)
             found.append(too_large("the batch has one row", "size", "a batch of one", one) or
-                         _from_report("the batch has one row", "size", "a batch of one", judge_point(problem.remake(one))))
+                         _from_report("the batch has one row", "size", "a batch of one", judge_point(changed := problem.remake(one)),
+                                      changed))
     skipped = too_large("inputs tie and sit on kinks", "ties", "ties and kinks", rows(given))
     if skipped is not None and problem.reference is not None and problem.role == "reference":
         found.append(skipped)

@@ -204,6 +204,7 @@ class Problem:
     given: tuple = ()  # every input as given, differentiable or not: what a condition changes
     remake: Callable[..., Problem] | None = None  # (given, formula=wrap, reference=wrap) -> the same problem on other inputs
     draw: Callable[[int], tuple] | None = None  # seed -> every input as given, freshly drawn (the precision stage's draws)
+    given_truth: Callable[..., Any] | None = None  # the reference (or surrogate) as given: of every input, not the canonical form
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -238,10 +239,11 @@ def problem(formula: str, function: Callable[..., Any], reference: Callable[...,
         signature = read_signature((function, reference), inputs, names, outputs, constants)
     except Exception as error:  # noqa: BLE001 - the code under test may be broken; the last to raise is named
         failure = Failure.of("reference" if reference is not None else "forward", error)
-        return Problem(formula, None, None, (), None, lambda y: y.sum(), structure_key, failure, role, inputs, remake)
+        return Problem(formula, None, None, (), None, lambda y: y.sum(), structure_key, failure, role, inputs, remake,
+                       given_truth=reference)
     canonical = lambda f: signature.canonical(f, inputs) if f is not None else None  # noqa: E731
     return Problem(formula, canonical(function), canonical(reference), signature.split(inputs), signature,
-                   lambda y: loss(*signature.unpack(y)), structure_key, role=role, given=inputs, remake=remake)
+                   lambda y: loss(*signature.unpack(y)), structure_key, role=role, given=inputs, remake=remake, given_truth=reference)
 
 
 def _outputs(problem: Problem) -> tuple[Tensor | None, Tensor | None, Failure | None]:

@@ -188,8 +188,6 @@ def check_second_order(
     directions = [[torch.randn(tuple(x.shape), generator=generator, dtype=torch.float64) for x in inputs] for _ in functionals]
 
     products: dict[str, list[np.ndarray]] = {"double backward": [], "differences of its gradient": []}
-    if reference is not None:
-        products["reference"] = []
     unrecorded = False
     try:
         for functional, direction in zip(functionals, directions):
@@ -197,10 +195,14 @@ def check_second_order(
             products["double backward"].append(values)
             unrecorded |= not recorded
             products["differences of its gradient"].append(gradient_differences(function, inputs, functional, direction, tolerances.step))
-            if reference is not None:
-                products["reference"].append(double_backward(reference, inputs, functional, direction)[0])
     except NotDifferentiable as error:
         return SecondOrderVerdict("not differentiable", f"backward is not differentiable: double backward raised {error}", {})
+    lacking = ""  # the reference's own double backward raised: its failure, never the formula's
+    if reference is not None:
+        try:
+            products["reference"] = [double_backward(reference, inputs, f, d)[0] for f, d in zip(functionals, directions)]
+        except NotDifferentiable as error:
+            reference, lacking = None, f"the {role} has no double backward ({error})"
     kept = {source: tuple(values) for source, values in products.items()}
 
     def looks(of) -> Callable[[int], ElementLook]:  # each product's look at the gradient of ``of``, taken when first asked for
@@ -213,8 +215,9 @@ def check_second_order(
         truth, truth_name, look = kept["reference"], TRUTH_WORDS[role], looks(reference)
     elif first_order_passed:
         truth, truth_name, look = kept["differences of its gradient"], "finite differences of its gradient (first order passed)", own
+        truth_name = f"{truth_name[:-1]}; {lacking})" if lacking else truth_name
     else:
-        return SecondOrderVerdict("not checked", "there is no reference, and the first-order gradient that finite "
+        return SecondOrderVerdict("not checked", f"{lacking or 'there is no reference'}, and the first-order gradient that finite "
                                   "differences would start from is wrong", kept)
     agreement = _agree(mine, truth, tolerances, look)
     finding = agreement.finding(where)

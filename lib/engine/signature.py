@@ -115,8 +115,21 @@ class Signature:
         kept = [outputs[i] for i in self.kept]
         if len(kept) == 1:
             return kept[0]
-        dtype = torch.result_type(*kept) if len(kept) > 1 else kept[0].dtype
+        dtype = functools.reduce(torch.promote_types, (o.dtype for o in kept))  # any number of outputs (result_type takes two)
         return torch.cat([o.to(dtype).reshape(-1) for o in kept])
+
+    def mismatch(self, outputs: Any) -> str:
+        """How another function's return (a reference's) does not fit these outputs: their number, or a
+        differentiated output's shape, in words; "" where it fits."""
+        outputs = as_tuple(outputs)
+        if len(outputs) != len(self.outputs):
+            return f"the formula gives {len(self.outputs)} output(s), the reference {len(outputs)}"
+        for i in self.kept:
+            got = tuple(outputs[i].shape) if isinstance(outputs[i], torch.Tensor) else None
+            if got != self.outputs[i].shape:
+                return (f"the formula's output {self.outputs[i].name} has shape {self.outputs[i].shape}, the reference's "
+                        f"{got if got is not None else type(outputs[i]).__name__}")
+        return ""
 
     def unpack(self, packed: Tensor) -> tuple[Tensor, ...]:
         """The differentiable outputs back in their own shapes (views of ``packed``)."""

@@ -334,3 +334,26 @@ def test_only_a_leading_dim_that_is_a_batch_is_emptied_or_cut_to_one_row(dim, ba
     assert set(size) == {"the batch is empty", "the batch has one row"}
     assert all((outcome == "pass") is batch for outcome in size.values())
     assert all((outcome == "not applicable") is not batch for outcome in size.values())
+
+
+def test_a_condition_outside_the_functions_domain_does_not_apply():
+    from tests.specimens.corpus.functions import LogDetCholesky
+
+    b = torch.randn(5, 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    a = b @ b.T + 5 * torch.eye(5, dtype=torch.float64)
+    report = check_gradients(LogDetCholesky, a, reference=torch.logdet, training=0)
+    outcomes = {r.name: (r.outcome, r.finding) for r in report.conditions.results}
+    assert report.verdict.passed, report.verdict.summary
+    for name in ("the batch has one row", "the batch is empty"):  # A[:1] is not square: torch.logdet raises there too
+        assert outcomes[name][0] == "not applicable" and "reference" in outcomes[name][1], outcomes[name]
+    assert not report.conditions.failed, outcomes  # the tied, rounded matrix is singular: outside the domain, not a failure
+
+
+def test_changed_inputs_where_the_truth_raises_or_is_nowhere_finite_are_outside_the_domain():
+    from types import SimpleNamespace
+
+    outside = lambda *given: C._outside_domain(SimpleNamespace(given_truth=torch.logdet, given=given))  # noqa: E731
+    assert "raises there too" in outside(torch.zeros(1, 3, dtype=torch.float64))  # not square
+    assert "not finite there" in outside(torch.zeros(3, 3, dtype=torch.float64))  # singular: −inf
+    assert outside(torch.eye(3, dtype=torch.float64)) == ""
+    assert C._outside_domain(SimpleNamespace(given_truth=None, given=())) == ""

@@ -200,3 +200,15 @@ def test_declared_order_1_runs_nothing_and_says_so():
     assert not calls and verdict.products == {}
     assert (verdict.outcome, verdict.passed, verdict.failed) == ("not checked", False, False)
     assert verdict.summary == "not checked: declared differentiable once (order=1)"
+
+
+def test_a_reference_without_a_double_backward_is_the_references_lack_not_the_formulas():
+    from gradient_lab.testing import check_gradients
+    from tests.specimens.corpus.functions import MemoryEfficientHardSigmoid
+
+    x = 3 * torch.randn(4, 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    report = check_gradients(MemoryEfficientHardSigmoid, x, reference=torch.nn.functional.hardsigmoid, order=2, conditions="none",
+                             training=0)
+    assert report.second_order.outcome == "pass"  # judged by finite differences of its own gradient, as gradgradcheck passes it
+    assert "the reference has no double backward" in report.second_order.text
+    assert torch.autograd.gradgradcheck(MemoryEfficientHardSigmoid.apply, (x.clone().requires_grad_(),))

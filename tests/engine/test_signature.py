@@ -197,3 +197,13 @@ def test_a_classmethod_or_setup_context_function_gets_its_params_by_position_fro
     with pytest.raises(TypeError, match="takes no param 'axis'"):
         positional_apply(Summed)(x, axis=0)
     assert function_class(positional_apply(Scaled)) is Scaled and function_class(Scaled.apply) is Scaled and function_class(len) is None
+
+
+def test_three_or_more_differentiable_outputs_are_packed_and_judged():
+    # torch.split, unbind, tensor_split, broadcast_tensors give several outputs (PyTorch's OpInfo samples)
+    from gradient_lab.testing import check_gradients
+
+    x = torch.randn(6, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    report = check_gradients(lambda x: torch.split(x * x, 2), x, reference=lambda x: torch.split(x * x, 2), conditions="none")
+    assert report.failure is None and report.verdict.passed
+    assert [s.shape for s in report.signature.outputs] == [(2, 4)] * 3

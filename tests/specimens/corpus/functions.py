@@ -1096,3 +1096,37 @@ class LogSigmoidFlipped(Function):
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
         return grad * torch.sigmoid(x)
+
+
+class MemoryEfficientHardSigmoid(Function):
+    """relu6(x + 3) / 6; its derivative is [−3 ≤ x ≤ 3] / 6, and its backward is differentiable
+    (zero curvature off the kinks), while F.hardsigmoid, its reference, has no double backward."""
+
+    # timm's memory-efficient hard sigmoid (timm/layers/activations_me.py), re-created
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return F.relu6(x + 3.0) / 6.0
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * ((x >= -3.0) & (x <= 3.0)) / 6.0
+
+
+class LogDetCholesky(Function):
+    """log det A of a symmetric positive-definite A, through its Cholesky factor; its gradient is A⁻¹
+    (A⁻ᵀ in general, the same for a symmetric A). Outside its domain (a singular or non-square A)
+    its forward raises, as torch.logdet, its reference, does or gives −inf."""
+
+    # GPyTorch's InvQuadLogDet / a log-determinant through Cholesky, as fixed after its issue tracker's reports, re-created
+    @staticmethod
+    def forward(ctx, a):
+        factor = torch.linalg.cholesky((a + a.mT) / 2)  # of its symmetric part: Cholesky reads one triangle
+        ctx.save_for_backward(a)
+        return 2 * factor.diagonal().log().sum()
+
+    @staticmethod
+    def backward(ctx, grad):
+        (a,) = ctx.saved_tensors
+        return grad * torch.linalg.inv((a + a.mT) / 2)
