@@ -203,3 +203,18 @@ def test_the_corrected_cosine_passes_with_rows_near_zero_and_the_tutorial_still_
     case = Case(formulas=("tutorial", "corrected"), perturbation=Perturbation(near_zero_rows=2, near_zero_factor=factor))
     assert views.gradient_report(case, "corrected").verdict.passed
     assert not views.gradient_report(case, "tutorial").verdict.passed
+
+
+@pytest.mark.parametrize("norm", [1e-6, 1e-5])
+def test_a_reference_is_not_judged_by_differences_too_coarse_for_its_inputs(norm):
+    # rows of norm 1e-6 differenced at a step of 1e-6: the differences straddle the function's own scale
+    from gradient_lab.app import views
+    from gradient_lab.app.case import Case
+    from gradient_lab.engine.judge import coarse
+    from gradient_lab.explore.perturb import Perturbation
+
+    case = Case(formulas=("norm-fixed", "corrected"), perturbation=Perturbation(norm1=norm, norm2=norm))
+    right, flipped = views.gradient_report(case, "corrected"), views.gradient_report(case, "norm-fixed")
+    assert right.verdict.passed and right.jacobian.coverage.unreproduced == ()
+    assert not flipped.verdict.passed and flipped.verdict.found.against == "reference"
+    assert coarse(torch.full((4,), 1e-7), 1e-6) and not coarse(torch.ones(4), 1e-6)
