@@ -130,6 +130,7 @@ class _Backward:
     needs: tuple[bool, ...]  # which inputs require a gradient
     handed: list | None = None  # where the formula's _HandOn nodes keep what they handed
     constant: bool = False  # its upstream must be constant (an expanded grad_output): probed with ones
+    called: Callable[[Callable], Callable] | None = None  # how it calls a function (inputs laid out): the reference's own rounding there
 
 
 def _subsets(n: int, every: bool) -> list[tuple[int, ...]]:
@@ -193,9 +194,10 @@ def _backwards(problem, every: bool) -> list[_Backward]:
                                 ("sliced", "the inputs are strided views at an offset", "sliced")):
         if all(laid_out_input(x, layout) is x for x in inputs):
             continue
-        base = problem.function
-        found.append(_Backward(name, "inputs", label,
-                               lambda *xs, base=base, layout=layout: base(*(laid_out_input(x, layout) for x in xs)), everyone))
+        def called(function, layout=layout):
+            return lambda *xs: function(*(laid_out_input(x, layout) for x in xs))
+
+        found.append(_Backward(name, "inputs", label, called(problem.function), everyone, called=called))
     return found
 
 
@@ -267,6 +269,11 @@ def _judge_backward(condition: _Backward, truths: _Truths) -> ConditionResult:
                 continue
             same = False
             judged = compare_entries(mine, {truth_name: truth}, tolerances, scale=scale)
+            if judged.failed and truth_name == "reference" and condition.called is not None:
+                # the reference called the same way moves too where the function is ill-conditioned (a row at eps's
+                # scale): the formula's change within a few times the reference's own is rounding, not a bug
+                moved = backward_products(condition.called(p.reference), p.inputs, condition.needs, u)[i]
+                judged = compare_entries(mine, {truth_name: truth}, tolerances, {truth_name: np.abs(moved - truth)}, scale=scale)
             if judged.failed:
                 flat = int(np.argmax(judged.excess))
                 shape = tuple(mine.shape)

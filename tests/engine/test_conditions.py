@@ -357,3 +357,14 @@ def test_changed_inputs_where_the_truth_raises_or_is_nowhere_finite_are_outside_
     assert "not finite there" in outside(torch.zeros(3, 3, dtype=torch.float64))  # singular: −inf
     assert outside(torch.eye(3, dtype=torch.float64)) == ""
     assert C._outside_domain(SimpleNamespace(given_truth=None, given=())) == ""
+
+
+def test_an_input_layout_that_only_moves_rounding_at_an_ill_conditioned_point_is_no_failure():
+    # rows of norm eps: normalising them amplifies rounding, and a transposed layout rounds otherwise, the reference too
+    from gradient_lab.app import views
+    from gradient_lab.explore.perturb import Perturbation
+
+    case = Case(family="normalize", formulas=("corrected",), perturbation=Perturbation(near_zero_rows=2, near_zero_factor=1.0))
+    report = views.gradient_report(case, "corrected")
+    layouts = {r.name: r.outcome for r in report.conditions.results if r.group == "inputs"}
+    assert report.verdict.passed and layouts and set(layouts.values()) == {"pass"}
