@@ -151,7 +151,12 @@ def _sign_or_factor(verdict, a, t, finite, inputs, tolerances) -> Finding | None
     if not finite.any() or not np.any(t[finite]):
         return None
     c = float(a[finite] @ t[finite] / (t[finite] @ t[finite]))
-    if not np.isfinite(c) or abs(c - 1) < 1e-6 or not _explains(a, c * t, tolerances):
+    if not np.isfinite(c) or abs(c - 1) < 1e-6:
+        return None
+    # a factor is a story only where it holds at every entry more tightly than it departs from 1: a
+    # backward wrong at a few entries is not "off by 1.00065" everywhere, within the verdict's rtol
+    tight = replace(tolerances, rtol=min(tolerances.rtol, abs(c - 1) / 4), atol=min(tolerances.atol, abs(c - 1) / 4))
+    if not _explains(a, c * t, tight):
         return None
     if not _probes_explained(verdict, lambda i: c, tolerances):
         return None

@@ -110,3 +110,24 @@ def test_a_gradient_pytorch_summed_to_fit_is_named_before_the_factor_it_makes():
     report = check_gradients(shipped.SquareSummedShape, x, reference=lambda x: x * x)
     kinds = [f.kind for f in report.diagnosis.findings]
     assert kinds[0] == "summed shape" and "(2, 2, 8)" in report.diagnosis.findings[0].words and "factor" in kinds
+
+
+def test_a_backward_wrong_at_a_few_entries_is_not_called_off_by_a_constant_factor():
+    # the case: an error only for z in (−1.17, −1), 5 of 32 entries off by varying amounts
+    class ErfWrongInABand(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, z):
+            ctx.save_for_backward(z)
+            return torch.erf(z)
+
+        @staticmethod
+        def backward(ctx, g):
+            (z,) = ctx.saved_tensors
+            d = 2 / torch.pi**0.5 * torch.exp(-z * z)
+            return g * torch.where((z > -1.17) & (z < -1), d * (1.0013 + 0.001 * (z + 1.17)), d)  # just past rtol there
+
+    z = torch.randn(4, 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    z.view(-1)[:5] = torch.tensor([-1.16, -1.12, -1.08, -1.04, -1.01], dtype=torch.float64)
+    report = check_gradients(ErfWrongInABand, z, reference=torch.erf, conditions="none", training=0)
+    assert not report.verdict.passed
+    assert "factor" not in [f.kind for f in report.diagnosis.findings]
