@@ -288,6 +288,7 @@ def compare_entries(analytic: np.ndarray, truths: dict[str, np.ndarray], toleran
             gap = difference - (atol + tolerances.rtol * np.abs(truth))
             if noise is not None and name in noise:
                 gap = np.minimum(gap, difference - NOISE_FACTOR * noise[name])  # within the differences' own error
+        gap = np.array(gap, dtype=float, ndmin=0)  # an array even for a 0-d input (arithmetic gives a scalar there)
         if not all_finite_a:
             gap[~finite_a] = np.inf
             gap[~finite_truth | agrees_with_pytorch] = -np.inf

@@ -218,3 +218,16 @@ def test_a_reference_is_not_judged_by_differences_too_coarse_for_its_inputs(norm
     assert right.verdict.passed and right.jacobian.coverage.unreproduced == ()
     assert not flipped.verdict.passed and flipped.verdict.found.against == "reference"
     assert coarse(torch.full((4,), 1e-7), 1e-6) and not coarse(torch.ones(4), 1e-6)
+
+
+def test_a_zero_dimensional_input_is_judged_not_crashed_on():
+    # PyTorch's OpInfo samples of xlogy and __rpow__ take a 0-d tensor beside a vector
+    from gradient_lab.testing import check_gradients
+
+    tolerances = default_tolerances(torch.float64)
+    judged = compare_entries(np.array(np.nan), {"reference": np.array(1.0), "numerical": np.array(1.0)}, tolerances)
+    assert judged.excess.shape == () and judged.failed
+    y = torch.randn(3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    xlogy = lambda a, b: torch.xlogy(a, b.abs())  # noqa: E731
+    report = check_gradients(xlogy, (torch.tensor(0.0, dtype=torch.float64), y), reference=xlogy, conditions="none")
+    assert report.verdict.passed and report.failure is None
