@@ -11,17 +11,14 @@ then the ratio of the sums. Last line ``training_over_plain=R`` (target <= 1.15)
 
 from __future__ import annotations
 
-import statistics
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.timing import wall_times  # noqa: E402
+from benchmarks.timing import best_report_totals  # noqa: E402
 from gradient_lab.app.family import get_family  # noqa: E402
-from gradient_lab.engine.pipeline import compare_gradients  # noqa: E402
-from gradient_lab.engine.planning import _STRUCTURES  # noqa: E402
 
 REPEATS = 5
 FORMULAS = ("tutorial", "sign-fixed", "corrected")
@@ -30,20 +27,10 @@ FORMULAS = ("tutorial", "sign-fixed", "corrected")
 def main() -> None:
     family = get_family("cosine")
     inputs = family.build_inputs((64, 128), seed=0, dtype=torch.float64)
-    totals = {0: 0.0, 20: 0.0}
-    for formula in FORMULAS:
-        for steps in totals:
-            def report(steps=steps, formula=formula):
-                _STRUCTURES.clear()  # the structure found afresh, as for a new shape
-                return compare_gradients(family, formula, inputs, training=steps)
-
-            report()  # the first call of each warms its kernels
-            times = wall_times(report, REPEATS)
-            totals[steps] += min(times)
-            print(f"{formula}, training={steps}: best {min(times) * 1e3:.0f} ms, median {statistics.median(times) * 1e3:.0f} ms", flush=True)
-    print(f"plain_ms={totals[0] * 1e3:.0f}")
-    print(f"with_training_ms={totals[20] * 1e3:.0f}")
-    print(f"training_over_plain={totals[20] / totals[0]:.2f}")
+    totals = best_report_totals(family, FORMULAS, inputs, {"training=0": {"training": 0}, "training=20": {"training": 20}}, REPEATS)
+    print(f"plain_ms={totals['training=0'] * 1e3:.0f}")
+    print(f"with_training_ms={totals['training=20'] * 1e3:.0f}")
+    print(f"training_over_plain={totals['training=20'] / totals['training=0']:.2f}")
 
 
 if __name__ == "__main__":

@@ -104,6 +104,13 @@ def as_float64(t: Tensor | None, like: Tensor) -> np.ndarray:
     return t.detach().to(device="cpu", dtype=torch.float64).numpy(force=True)
 
 
+def cosine_of(a: np.ndarray, b: np.ndarray) -> float:
+    """The cosine between two vectors where both are finite: 1 the same direction, −1 flipped; NaN where either is 0."""
+    finite = np.isfinite(a) & np.isfinite(b)
+    na, nb = np.linalg.norm(a[finite]), np.linalg.norm(b[finite])
+    return float(a[finite] @ b[finite] / (na * nb)) if na > 0 and nb > 0 else float("nan")
+
+
 def backward_products(function, inputs: Sequence[Tensor], needs: Sequence[bool] | None, upstream: Tensor | None) -> list[np.ndarray | None]:
     """Per input, uᵀJ by the function's backward, in float64 on the CPU, with only the inputs that
     ``needs`` marks requiring a gradient (None: every one): zeros where backward gave none, None

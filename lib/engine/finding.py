@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .evaluate import cosine_of
 from .signature import name_element
 from .tolerances import Tolerances
 
@@ -102,10 +103,7 @@ class Finding:
         """Between the formula's compared values and the truth's: 1 points the right way, −1 is flipped."""
         if not self.evidence:
             return math.nan
-        a, b = (np.concatenate([getattr(e, side) for e in self.evidence]) for side in ("formula", "truth"))
-        finite = np.isfinite(a) & np.isfinite(b)
-        na, nb = np.linalg.norm(a[finite]), np.linalg.norm(b[finite])
-        return float(a[finite] @ b[finite] / (na * nb)) if na > 0 and nb > 0 else math.nan
+        return cosine_of(*(np.concatenate([getattr(e, side) for e in self.evidence]) for side in ("formula", "truth")))
 
     @property
     def wrong(self) -> int:

@@ -46,7 +46,7 @@ from .evaluate import (
     vector_jacobian_products,
     with_values,
 )
-from .finding import NOISE_FACTOR, TRUTH_WORDS, Evidence, Finding, tolerances_text, truth_label  # noqa: F401 - the judge's words
+from .finding import NOISE_FACTOR, TRUTH_WORDS, Evidence, Finding
 from .planning import DifferencePlan, row_colors
 from .signature import name_element
 from .tolerances import Tolerances

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from .diagnosis import confirm, diagnose, diagnose_failure
-from .evaluate import (as_float64, backward_products, numerical_entries, numerical_gradient, numerical_jacobian, product_noise,
+from .evaluate import (as_float64, backward_products, cosine_of, numerical_entries, numerical_gradient, numerical_jacobian, product_noise,
                        summed_gradients, with_values)
 from .finding import Evidence, Finding
 from .judge import JacobianVerdict, check_jacobian, compare_entries, resolution_unit, truth_scale
@@ -61,12 +61,6 @@ def upstream_gradient(loss: Callable[[Tensor], Tensor], output: Tensor) -> Tenso
     with torch.enable_grad():
         (v,) = torch.autograd.grad(loss(y), y)
     return v
-
-
-def cosine_of(a: np.ndarray, b: np.ndarray) -> float:
-    finite = np.isfinite(a) & np.isfinite(b)
-    na, nb = np.linalg.norm(a[finite]), np.linalg.norm(b[finite])
-    return float(a[finite] @ b[finite] / (na * nb)) if na > 0 and nb > 0 else math.nan
 
 
 def _drawn_gradient_finding(comparisons: Sequence[InputComparison], tolerances: Tolerances, trusted: Sequence[bool],
@@ -524,7 +518,7 @@ def _report(first: FirstOrder, verdict: Verdict, diagnosis, results: dict, famil
         device=str(problem.inputs[0].device) if problem.inputs else "cpu",
         tolerances=first.tolerances,
         loss=float(first.checked.loss(e.output)) if e is not None else math.nan,
-        forward_max_error=forward_error if e is not None or precision is not None else math.nan,
+        forward_max_error=forward_error,
         inputs=comparisons,
         cosine=cosine_of(gradients("analytic"), gradients("reference")) if comparisons else math.nan,
         verdict=verdict,

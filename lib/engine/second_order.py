@@ -38,7 +38,8 @@ import numpy as np
 import torch
 
 from .evaluate import ElementLook
-from .judge import TRUTH_WORDS, compare_entries
+from .finding import TRUTH_WORDS
+from .judge import compare_entries
 from .signature import name_element
 from .tolerances import Tolerances
 

@@ -52,6 +52,10 @@ class Training:
     verdict_failed: bool = False  # the first-order verdict found wrong entries
 
     @property
+    def truth_words(self) -> str:
+        return {"numerical": "finite differences", "surrogate": "the declared surrogate"}.get(self.truth, "the reference")
+
+    @property
     def outcome(self) -> str:
         if self.failure is not None:
             return "raises"
@@ -67,7 +71,7 @@ class Training:
         return float(self.losses["formula"][-1] - self.losses["truth"][-1])
 
     def describe(self) -> str:
-        truth = {"numerical": "finite differences", "surrogate": "the declared surrogate"}.get(self.truth, "the reference")
+        truth = self.truth_words
         if self.failure is not None:
             return f"does it train: the formula raised at step {len(self.losses['formula']) - 1} of {self.steps}: {self.failure}"
         losses = (f"loss {_number(self.losses['truth'][0])} → {_number(self.losses['formula'][-1])} with its gradient, "
@@ -83,7 +87,7 @@ class Training:
 
     def line(self) -> str:
         """The result in a card's few words; ``describe`` has the numbers."""
-        truth = {"numerical": "finite differences", "surrogate": "the declared surrogate"}.get(self.truth, "the reference")
+        truth = self.truth_words
         if self.failure is not None:
             return f"training: raises at step {len(self.losses['formula']) - 1} of {self.steps}"
         if self.parted >= 0:
@@ -134,8 +138,8 @@ def train(function: Callable[..., Tensor], truth: Callable[..., Tensor], loss: C
     if not math.isfinite(lossed) or not torch.isfinite(g).all() or float(g.norm()) == 0:
         return None
     learning_rate = STEP_SIZE * max(float(_flat(start).norm()), 1.0) / float(g.norm())
-    with torch.no_grad():
-        first_step, _ = _loss_and_gradient(truth, loss, [x - learning_rate * gx.to(x) for x, gx in zip(start, truth_grads)], numerical, step)
+    with torch.no_grad():  # its value alone: the gradient there is taken in the loop
+        first_step = float(loss(truth(*(x - learning_rate * gx.to(x) for x, gx in zip(start, truth_grads)))))
     eps = torch.finfo(inputs[0].dtype).eps if inputs[0].is_floating_point() else torch.finfo(torch.float64).eps
     if not lossed - first_step > FLAT_EPS * eps * max(abs(lossed), 1.0):
         return None  # the truth's own step does not lower the loss beyond its rounding: the loss is flat here, nothing to follow

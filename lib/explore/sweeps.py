@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from ..app.case import DTYPES, Case
-from ..engine.pipeline import cosine_of
+from ..engine.evaluate import cosine_of
 from ..engine.report import error_map
 from ..errors import LabError
 from .landscape import loss_gradient

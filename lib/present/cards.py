@@ -217,7 +217,8 @@ def conditions_line(report: GradientReport) -> tuple[str, str] | None:
     return "as plain", f"No condition changes its verdict ({len(ran)} tried)"
 
 
-OWN_LINES = ("second_order", "conditions", "precision", "parity", "provenance", "determinism")  # stages the card says in lines of their own
+# stages every front end shows in a line or section of its own; any other stage is said through ``stage_lines``
+OWN_LINES = ("second_order", "conditions", "precision", "parity", "provenance", "determinism")
 
 
 def drawn_upstream(report: GradientReport) -> str:

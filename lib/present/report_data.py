@@ -13,6 +13,7 @@ import numpy as np
 
 from ..engine.report import PAIRS, SOURCES, GradientReport, InputComparison, error_map
 from ..engine.precision import ULP_EDGES
+from .cards import OWN_LINES
 
 # Heatmaps build one hover label per element: above this many, only a leading block is drawn.
 DRAW_LIMIT = 20_000
@@ -167,13 +168,12 @@ def summary(report: GradientReport, case=None) -> dict:
         "provenance": provenance_data(report.provenance),
         "determinism": determinism_data(report.determinism),
         "finding": finding_data(report.verdict.found),
-        **{name: stage_data(result) for name, result in report.stages.items() if name not in NAMED_STAGES},
+        **{name: stage_data(result) for name, result in report.stages.items() if name not in OWN_LINES},  # the others said above
         "notes": list(report.notes),
         "inputs": inputs,
     }
 
 
-NAMED_STAGES = ("second_order", "conditions", "parity", "precision", "provenance", "determinism")  # written above, each its own way
 
 
 def stage_data(result) -> dict:

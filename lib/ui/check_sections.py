@@ -12,7 +12,7 @@ import streamlit as st
 from ..app import views
 from ..app.devices import device_problem
 from ..app.views import DEFAULT_JACOBIAN_LIMIT, FLOOR_EPS, PAIRS, RMSE_FLOOR_EPS
-from ..present.cards import (conditions_line, drawn_upstream, parity_line, parity_rows, precision_failed, precision_line, precision_rows,
+from ..present.cards import (OWN_LINES, conditions_line, drawn_upstream, parity_line, parity_rows, precision_failed, precision_line, precision_rows,
                              stage_title, styled_parity, condition_rows)
 from ..present.figures.check import (conformance_table, diagnosis_scatter, error_heatmap, error_histogram, gradient_heatmaps,
                                      jacobian_heatmaps, parity_error_map, stage_curves, step_sweep_figure, worst_elements)
@@ -138,8 +138,6 @@ def stage(case, formula, report, name: str) -> None:
 
 
 STAGE_SECTIONS = {"conditions": conditions, "precision": precision, "provenance": provenance}  # the rest: ``stage``
-SAID_ON_THE_CARD = ("second_order",)  # the card's own line says it; determinism and parity have their opt-in sections
-OPT_IN = ("determinism", "parity")
 
 
 def stages(case, formula, report) -> None:
@@ -152,7 +150,7 @@ def stages(case, formula, report) -> None:
 def other_stages(case, formula, report) -> None:
     """Every other stage that ran (does it train, …): its line and its curves, under the maps."""
     for name in report.stages:
-        if name not in STAGE_SECTIONS and name not in SAID_ON_THE_CARD and name not in OPT_IN:
+        if name not in OWN_LINES:  # second order on the card, determinism and parity opt-in, the rest in STAGE_SECTIONS
             stage(case, formula, report, name)
 
 
