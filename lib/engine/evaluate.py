@@ -423,6 +423,23 @@ class ElementLook:
     forward_wide: np.ndarray  # the same at 2h
     backward_wide: np.ndarray
     rounding: np.ndarray  # eps·(|f(x)| + |f(x ± h e)|) / h: the rounding in a difference at h
+    nearby: np.ndarray | None = None  # at a kink: central differences at points near x where ties are broken (rows: points)
+
+    @property
+    def slopes(self) -> np.ndarray:
+        """The derivatives along the element that a valid gradient may take: the one-sided ones
+        and, at a kink, those at nearby points where the function is smooth. A column of the
+        Jacobian at a kink is valid within their convex hull (Clarke's generalized gradient, found
+        by sampling): at a tie of three, an element may take the middle place's gradient, which
+        neither one-sided slope along it gives."""
+        rows = [self.forward, self.backward]
+        return np.stack(rows if self.nearby is None else [*rows, *self.nearby])
+
+    def bounds(self, upstream: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The smallest and largest valid derivative, per output (or of uᵀf for an upstream u)."""
+        slopes = self.slopes if upstream is None else np.nansum(self.slopes * upstream, axis=1)
+        with np.errstate(invalid="ignore"):
+            return np.nanmin(slopes, axis=0), np.nanmax(slopes, axis=0)
 
     @property
     def central(self) -> np.ndarray:
@@ -441,14 +458,21 @@ class ElementLook:
         return (gap > 16 * self.rounding) & (wide_gap < 1.5 * gap)
 
 
+NEARBY_POINTS = 6  # tie-broken points near a kink at which its slopes are sampled
+NEARBY_RADIUS = 100  # their distance from the point, in steps: far beyond the step, within the function's smooth scale
+
+
 def look_at_elements(function, inputs: Sequence[Tensor], index: int, elements: Sequence[int], step: float) -> dict[int, ElementLook]:
-    """Each element's ``ElementLook``, by plain calls (never vmap)."""
+    """Each element's ``ElementLook``, by plain calls (never vmap). At a kink, the central
+    differences along the element at ``NEARBY_POINTS`` points moved at random by about
+    ``NEARBY_RADIUS`` steps (every tie broken one way or another, each point's slope a limit of
+    gradients) are kept as well."""
     x = inputs[index]
     flat = x.detach().reshape(-1)
     eps = torch.finfo(x.dtype).eps if x.is_floating_point() else 0.0
 
-    def at(shift: Tensor) -> np.ndarray:
-        moved = (flat + shift).reshape(x.shape)
+    def at(shift: Tensor, around: Tensor = flat) -> np.ndarray:
+        moved = (around + shift).reshape(x.shape)
         with torch.no_grad():
             out = function(*inputs[:index], moved, *inputs[index + 1 :])
         return out.detach().double().cpu().reshape(-1).numpy()
@@ -461,11 +485,20 @@ def look_at_elements(function, inputs: Sequence[Tensor], index: int, elements: S
         plus, minus = at(step * e), at(-step * e)
         plus2, minus2 = at(2 * step * e), at(-2 * step * e)
         with np.errstate(invalid="ignore", over="ignore"):
-            looks[element] = ElementLook(
+            look = ElementLook(
                 forward=(plus - base) / step, backward=(base - minus) / step,
                 forward_wide=(plus2 - base) / (2 * step), backward_wide=(base - minus2) / (2 * step),
                 rounding=eps * (np.abs(base) + np.maximum(np.abs(plus), np.abs(minus))) / step,
             )
+        if look.kink.any():
+            generator = torch.Generator().manual_seed(element)
+            nearby = []
+            for _ in range(NEARBY_POINTS):
+                around = flat + NEARBY_RADIUS * step * torch.rand(flat.shape, generator=generator, dtype=flat.dtype).sub_(0.5).mul_(2)
+                with np.errstate(invalid="ignore", over="ignore"):
+                    nearby.append((at(step * e, around) - at(-step * e, around)) / (2 * step))
+            look = replace(look, nearby=np.stack(nearby))
+        looks[element] = look
     return looks
 
 

@@ -32,6 +32,7 @@ import torch
 from .evaluate import (
     DEFAULT_BUDGET_BYTES,
     MAX_SECOND_LOOK,
+    ElementLook,
     compressed_entries,
     entry_noise,
     forward_graph,
@@ -363,7 +364,7 @@ def check_jacobian(
                           or reproduces(plan, rows, cols, values) or directional_gap(plan, rows, cols, values) <= FOREIGN_GAP)
             if not trusted[i] and numerical[i] is not None:  # far off along random directions: kinks can do that too
                 marked = marked if marked is not None else _marked_kinks(function, inputs, plans, plans, tolerances, budget_bytes)
-                trusted[i] = not _mostly_wrong(values, numerical[i], noises[i], marked.get(i, NONE), tolerances)
+                trusted[i] = not _mostly_wrong(values, numerical[i], noises[i], np.array(sorted(marked.get(i, {})), dtype=np.int64), tolerances)
             if trusted[i]:
                 truth["reference"] = values
             else:
@@ -372,7 +373,8 @@ def check_jacobian(
     judged: list = []
     kinks: list[str] = []
     kink_elements: list[np.ndarray] = [NONE] * len(inputs)
-    forgiven: dict = {"kink": {}, "noise": {}}  # per input, elements judged on a second look: kinks, and the differences' noise
+    forgiven: dict = {"kink": {}, "noise": {}, "looks": {}}  # per input, elements judged on a second look: kinks, and the differences' noise
+    kink_looks: dict[int, dict[int, ElementLook]] = {}  # per input, the kinked elements' one-sided slopes: where the truth is a set
     if not partial:
         analytic = _backward(compressed_entries, function, inputs, patterns, colors, skip, shape, budget_bytes, graph=graph)
         entries = _entries(names, inputs, patterns, truths, analytic, skip, noises)
@@ -395,7 +397,8 @@ def check_jacobian(
     if not partial and differences:  # kinks and the differences' noise matter only where they are a truth
         judged, forgiven = _second_look(function, inputs, entries, judged, tolerances)
         marked = marked if marked is not None else _marked_kinks(function, inputs, entries, plans, tolerances, budget_bytes)
-        kink_elements = [np.union1d(forgiven["kink"].get(i, NONE), marked.get(i, NONE)) for i in range(len(inputs))]
+        kink_looks = {i: {**marked.get(i, {}), **forgiven["looks"].get(i, {})} for i in range(len(inputs))}
+        kink_elements = [np.array(sorted(kink_looks[i]), dtype=np.int64) for i in range(len(inputs))]
         kinks = [name_element(e.name, e.shape, int(c)) for e, elements in zip(entries, kink_elements) for c in elements]
     if any(trusted):
         by_reference = vector_jacobian_products(reference, inputs, upstreams, batched=False)
@@ -405,7 +408,8 @@ def check_jacobian(
                                  for t, n in zip(numerical, sizes)]
     probe_list = tuple(
         Probe(flat_u[k], {source: tuple(None if p is None else
-                                        _forgive(p[k].numpy(), forgiven["noise" if source == "numerical" else "kink"].get(i))
+                                        _at_kinks(_forgive(p[k].numpy(), forgiven["noise"].get(i) if source == "numerical" else None),
+                                                  products["analytic"][i][k].numpy(), flat_u[k], kink_looks.get(i))
                                         if source != "analytic" else p[k].numpy()
                                         for i, p in enumerate(per_input)) for source, per_input in products.items()})
         for k in range(probes)
@@ -421,7 +425,7 @@ def check_jacobian(
     finding = (_worst_entry(entries, judged, output_element, tolerances, role, scales)
                or _not_zero(zero, names, inputs, patterns, skip, scales, tolerances))
     linear, located = True, None
-    outside = None if finding else _off_pattern(entries, probe_list, tolerances, scales)
+    outside = None if finding else _off_pattern(entries, probe_list, tolerances, scales, kink_elements)
     if outside is not None:  # more than the entries account for: not linear, or entries where the truth has none
         linear = _backward(_linear, function, inputs, upstreams, tolerances)
         located = _backward(_locate, function, inputs, entries, probe_list, *outside[:2], shape) if linear else None
@@ -486,11 +490,13 @@ def _not_zero(gradients: Sequence[np.ndarray], names, inputs, patterns, skip: np
 
 
 def _off_pattern(entries: Sequence[InputEntries], probes: Sequence[Probe], tolerances: Tolerances,
-                 scales: Sequence[float | None]) -> tuple | None:
+                 scales: Sequence[float | None], kinks: Sequence[np.ndarray] = ()) -> tuple | None:
     """What the formula's backward puts outside the pattern, for each random upstream u: uᵀJ by a
     plain call minus the part that the entries already checked account for. The truth is 0
     there, so this is held to atol, as gradcheck holds an entry whose truth is 0; rtol² of the
-    pattern's own part allows for rounding (a backward computed in float32, say)."""
+    pattern's own part allows for rounding (a backward computed in float32, say). At a kink the
+    pattern is one side's (the reference's choice): those elements are the probes' to judge,
+    against the set of one-sided derivatives."""
     worst = None
     for number, probe in enumerate(probes, 1):
         for i, e in enumerate(entries):
@@ -509,6 +515,8 @@ def _off_pattern(entries: Sequence[InputEntries], probes: Sequence[Probe], toler
                 finite = np.isfinite(on_pattern)
                 if not finite.all():
                     excess[~finite] = -np.inf
+                if i < len(kinks) and kinks[i].size:
+                    excess[kinks[i]] = -np.inf
                 if truths:  # what the truth itself has outside the pattern (entries too small to see where it was found)
                     name = next(iter(truths))
                     truth_terms = upstream * e.values[name]
@@ -624,11 +632,11 @@ def _forgive(product: np.ndarray, elements: np.ndarray | None) -> np.ndarray:
     return product
 
 
-def _marked_kinks(function, inputs, entries, plans, tolerances, budget_bytes) -> dict[int, np.ndarray]:
+def _marked_kinks(function, inputs, entries, plans, tolerances, budget_bytes) -> dict[int, dict[int, ElementLook]]:
     """Every element where the function has a kink, whether or not the formula's entry fails
     there: where the finite differences were taken, the entries whose one-sided slopes part by
     more than the verdict's tolerance and their own rounding, confirmed element by element (the
-    gap must stay as h doubles). Per input, the flat indices of the kinks."""
+    gap must stay as h doubles). Per input, the kinked elements' looks by flat index."""
     found = {}
     for i, (_entry, plan) in enumerate(zip(entries, plans)):
         if plan.values is None:
@@ -640,8 +648,24 @@ def _marked_kinks(function, inputs, entries, plans, tolerances, budget_bytes) ->
         if not elements.size or elements.size > MAX_SECOND_LOOK:
             continue
         looks = look_at_elements(function, inputs, i, elements.tolist(), tolerances.step)
-        found[i] = np.array([int(c) for c in elements if looks[int(c)].kink.any()], dtype=np.int64)
+        found[i] = {int(c): looks[int(c)] for c in elements if looks[int(c)].kink.any()}
     return found
+
+
+def _at_kinks(product: np.ndarray, formula: np.ndarray, upstream: np.ndarray, looks: dict[int, ElementLook] | None) -> np.ndarray:
+    """A truth's uᵀJ where the function has a kink: the truth there is a set, the derivatives of
+    uᵀf along the element that a valid gradient may take (``ElementLook.bounds``: the one-sided
+    ones and those at tie-broken points nearby; the reference's choice is one member), so the
+    truth is the member nearest the formula's value."""
+    if not looks:
+        return product
+    product = product.copy()
+    for c, look in looks.items():
+        low, high = look.bounds(upstream)
+        member = min(max(formula[c], float(low)), float(high))
+        if np.isfinite(member) and not abs(formula[c] - product[c]) <= abs(formula[c] - member):  # the truth's own value is a member too
+            product[c] = member
+    return product
 
 
 def _all_columns(plan: DifferencePlan) -> np.ndarray:
@@ -657,7 +681,7 @@ def _second_look(function, inputs, entries, judged, tolerances):
     (Richardson's truncation estimate and the dtype's rounding). Returns the judgements, the
     per input the elements whose truth the differences are not (kinks) and those they could not
     judge (their noise)."""
-    forgiven = {"kink": {}, "noise": {}}
+    forgiven: dict = {"kink": {}, "noise": {}, "looks": {}}
     new_judged = []
     for i, (e, judgement) in enumerate(zip(entries, judged)):
         excess, left_out, against = judgement.excess, judgement.left_out, judgement.against
@@ -677,14 +701,16 @@ def _second_look(function, inputs, entries, judged, tolerances):
         scale = max(truth_scale(_truths(e.values)), tolerances.unit)
         excess = excess.copy()
         kinked, noisy = set(), set()
+        forgiven["looks"][i] = {}
         for k in failing:
             look, r, a = looks[int(e.cols[k])], int(e.rows[k]), e.values["analytic"][k]
             allowed = tolerances.atol * scale + tolerances.rtol * abs(look.central[r])
             if look.kink[r]:
-                low, high = sorted((look.forward[r], look.backward[r]))
+                low, high = (float(bound[r]) for bound in look.bounds())
                 if low - allowed <= a <= high + allowed:
                     excess[k] = -np.inf
                     kinked.add(int(e.cols[k]))
+                    forgiven["looks"][i][int(e.cols[k])] = look
             elif only_numerical[k] and abs(a - look.central[r]) <= allowed + 4 * (look.truncation[r] + look.rounding[r]):
                 excess[k] = -np.inf
                 noisy.add(int(e.cols[k]))

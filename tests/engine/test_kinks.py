@@ -9,6 +9,7 @@ import torch
 from gradient_lab.engine.pipeline import compare_gradients
 from gradient_lab.app.family import Family, Formula
 from tests.specimens import zoo
+from tests.specimens.conditions import SortByNumpy, SortMatchesValues
 
 
 class ReluTwiceAtZero(zoo.Relu):
@@ -37,11 +38,19 @@ def tied_rows(shape=(4, 5)) -> torch.Tensor:
     return x
 
 
+def three_way_ties(shape=(4, 5)) -> torch.Tensor:
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    x[:, 1:4] = x[:, :1]  # the first four of each row tie
+    return x
+
+
 CASES = {  # name -> (Function, reference, inputs, whether gradcheck's slow mode fails it there)
     "relu at 0": (zoo.Relu, torch.relu, lambda: on_kinks((0.0,)), True),
     "abs at 0": (zoo.Abs, torch.abs, lambda: on_kinks((0.0,)), False),  # sign(0) = 0 is the central difference too
     "clamp at its bounds": (zoo.Clamp, lambda x: x.clamp(-1, 1), lambda: on_kinks((-1.0, 1.0)), True),
     "max with ties": (zoo.RowMax, lambda x: x.max(1).values, tied_rows, True),
+    # ties broken the other way round from torch.sort's: each element may take any tied place's gradient
+    "sort with three-way ties": (SortByNumpy, lambda x: x.sort(-1).values, three_way_ties, True),
 }
 
 
@@ -59,6 +68,12 @@ def test_a_correct_backward_on_kinks_passes_and_the_kinks_are_named(name, with_r
 
 def test_a_backward_outside_the_one_sided_derivatives_fails_at_a_kink():
     report = compare_gradients(family(ReluTwiceAtZero, torch.relu), "f", (on_kinks((0.0,)),))
+    assert not report.verdict.passed
+
+
+def test_tied_elements_that_all_take_one_places_gradient_fail_jointly():
+    # each tied element's gradient is a valid member alone; together the group's shares do not add up
+    report = compare_gradients(family(SortMatchesValues, lambda x: x.sort(-1).values), "f", (three_way_ties(),))
     assert not report.verdict.passed
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
 import torch
 
 from tests.specimens.contracts import Good
@@ -460,6 +461,44 @@ class ReluOneAtZero(torch.autograd.Function):
         return g * (x >= 0).to(g.dtype)
 
 
+class SortByNumpy(torch.autograd.Function):
+    """Control: a sort along the last dim by NumPy's argsort, whose backward scatters grad_output
+    back through the inverse permutation. At a tie its order may differ from ``torch.sort``'s;
+    both are valid (each tied element's gradient is one of its one-sided derivatives, and the
+    shares of a tied group add up)."""
+
+    # the PyTorch docs' "Extending torch.func with autograd.Function" NumpySort, in our own words
+    @staticmethod
+    def forward(ctx, x):
+        order = torch.from_numpy(np.argsort(x.detach().numpy(), axis=-1, kind="stable")[..., ::-1].copy())  # ties: last index first
+        ctx.save_for_backward(order)
+        return x.gather(-1, order).flip(-1)
+
+    @staticmethod
+    def backward(ctx, g):
+        (order,) = ctx.saved_tensors
+        return torch.zeros_like(g).scatter(-1, order, g.flip(-1))
+
+
+class SortMatchesValues(torch.autograd.Function):
+    """A sort whose backward finds each element's place by its value (the first sorted position
+    equal to it): tied elements all take the same position's gradient, and the other tied
+    position's is lost."""
+
+    # gradients routed by value lookup (searchsorted on the sorted values), seen in hand-written rank losses
+    @staticmethod
+    def forward(ctx, x):
+        y = x.sort(-1).values
+        ctx.save_for_backward(x, y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        place = torch.searchsorted(y.contiguous(), x.contiguous())
+        return g.gather(-1, place)
+
+
 # ==== the specimens ===========================================================================================
 
 
@@ -516,6 +555,10 @@ def relu(x):
     return x.clamp(min=0)
 
 
+def sort(x):
+    return x.sort(-1).values
+
+
 def identity(x):
     return x.clone()
 
@@ -547,6 +590,7 @@ BROKEN = (
     Specimen("every tied max gets the gradient", RowMaxGivesEveryTie.apply, TIED, row_max, TIES, group="ties"),
     Specimen("every tied max gets the gradient, no tie drawn", RowMaxGivesEveryTie.apply, MATRIX, row_max, TIES, group="ties"),
     Specimen("|x|' as x/|x|", AbsDividesByItself.apply, MATRIX, absolute, TIES, group="ties"),
+    Specimen("sort routes gradients by value", SortMatchesValues.apply, TIED, sort, TIES, group="ties"),
 )
 
 CONTROLS = (
@@ -561,6 +605,7 @@ CONTROLS = (
     Specimen("max picks the first", RowMax.apply, TIED, row_max, None),
     Specimen("|x|' as sign(x)", Abs.apply, MATRIX, absolute, None),
     Specimen("relu 1 at 0", ReluOneAtZero.apply, MATRIX, relu, None),
+    Specimen("sort by NumPy's argsort", SortByNumpy.apply, TIED, sort, None),
 )
 
 SPECIMENS = BROKEN + CONTROLS
