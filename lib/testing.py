@@ -23,7 +23,7 @@ from .present.cards import stage_lines
 from .engine.report import GradientReport
 from .engine.options import CheckOptions
 from .engine.pipeline import compare_gradients
-from .app.family import Family, Formula, sum_of_outputs
+from .app.family import Family, Formula, checked_batch_dims, sum_of_outputs
 from .engine.signature import differentiable, function_class, name_index
 from .engine.finding import truth_label
 from .engine.judge import compare_entries, truth_scale
@@ -50,21 +50,24 @@ def _name(function) -> str:
     return getattr(function, "__qualname__", None) or getattr(function, "__name__", None) or type(function).__name__
 
 
-def as_family(function, inputs: Sequence[Tensor], reference=None, name: str | None = None, surrogate=None, order: int = 2) -> Family:
+def as_family(function, inputs: Sequence[Tensor], reference=None, name: str | None = None, surrogate=None, order: int = 2,
+              batch_dims: Sequence[int | None] | None = None) -> Family:
     """A family of one formula, ``function``, on ``inputs`` as given: what the engine needs, and no
     more (nothing registered, no input builder)."""
     names = ("x",) if len(inputs) == 1 else tuple(f"x{i + 1}" for i in range(len(inputs)))
     title = name or _name(function)
     return Family(name=title, title=title, description="", input_names=names, reference=reference,
                   formulas={title: Formula(title, _callable(function), "under test", "", False)},
-                  build_inputs=lambda *_args, **_kwargs: tuple(inputs), loss=sum_of_outputs, surrogate=surrogate, order=order)
+                  build_inputs=lambda *_args, **_kwargs: tuple(inputs), loss=sum_of_outputs, surrogate=surrogate, order=order,
+                  batch_dims=checked_batch_dims(batch_dims, len(inputs)))
 
 
 def check_gradients(function, inputs: Tensor | Sequence[Tensor], *, reference=None, surrogate=None, order: int = 1, seed: int = 0,
                     step: float | None = None, atol: float | None = None, rtol: float | None = None,
                     conditions: str = "default", parity: bool | str | Sequence[str] = False,
                     dtype: torch.dtype | None = None, determinism: int | None = None, batch_invariant: bool = True,
-                    provenance: str = "auto", training: int = CheckOptions.training) -> GradientReport:
+                    provenance: str = "auto", training: int = CheckOptions.training,
+                    batch_dims: Sequence[int | None] | None = None) -> GradientReport:
     """The app's gradient report for ``function`` on ``inputs`` (copies; the inputs are not changed).
     ``surrogate``: plain torch ops whose autograd gradient is the intended one (see ``declare``);
     ``order=1``: the second order is not checked; ``conditions``: "default", "all" or "none" (the
@@ -79,7 +82,9 @@ def check_gradients(function, inputs: Tensor | Sequence[Tensor], *, reference=No
     gradient depends on the batch by design). ``provenance``: "auto" traces where a non-finite value
     of the formula's was born wherever its truth is finite, "always" wherever it is not finite at all,
     "never". ``training``: steps of gradient descent with the formula's gradient beside the truth's
-    (0: none). The defaults are ``CheckOptions``'s."""
+    (0: none). ``batch_dims``: per input, its batch dim or None (kept whole), as vmap's ``in_dims``:
+    what the empty-batch and one-row conditions cut (default: inferred from the Jacobian's pattern).
+    The defaults are ``CheckOptions``'s."""
     inputs = (inputs,) if isinstance(inputs, Tensor) else tuple(inputs)
     if dtype is not None:
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
@@ -91,7 +96,7 @@ def check_gradients(function, inputs: Tensor | Sequence[Tensor], *, reference=No
     copies = tuple(x.detach().clone() for x in inputs)
     options = CheckOptions(order=order, seed=seed, step=step, atol=atol, rtol=rtol, conditions=conditions, parity=_parity_paths(parity),
                            determinism=determinism or 0, batch_invariant=batch_invariant, provenance=provenance, training=training)
-    family = as_family(function, copies, reference, surrogate=surrogate, order=order)
+    family = as_family(function, copies, reference, surrogate=surrogate, order=order, batch_dims=batch_dims)
     return compare_gradients(family, family.name, copies, options=options)
 
 
@@ -103,7 +108,8 @@ def assert_gradients_match(function, inputs: Tensor | Sequence[Tensor], referenc
                            surrogate: Callable[..., Tensor] | None = None, order: int = 1, seed: int = 0, step: float | None = None,
                            atol: float | None = None, rtol: float | None = None, conditions: str = "default",
                            parity: bool | str | Sequence[str] = False, dtype: torch.dtype | None = None,
-                           determinism: int | None = None, batch_invariant: bool = True) -> GradientReport:
+                           determinism: int | None = None, batch_invariant: bool = True,
+                           batch_dims: Sequence[int | None] | None = None) -> GradientReport:
     """Raise AssertionError unless ``function``'s backward matches the truth on every Jacobian
     entry at ``inputs`` (and, with ``order=2``, its double backward does too, or is not
     differentiable by design, ``@once_differentiable``); return the report. ``surrogate``: the
@@ -115,10 +121,11 @@ def assert_gradients_match(function, inputs: Tensor | Sequence[Tensor], referenc
     must also hold as precision: no worse than the reference run in that dtype (``check_gradients``).
     ``determinism`` (runs): the backward must also be bitwise the same run after run and, unless
     ``batch_invariant=False``, for a row alone and among other rows. A non-finite gradient's message
-    names where it was born (the op, the line, the element, the cause and its fix)."""
+    names where it was born (the op, the line, the element, the cause and its fix). ``batch_dims``:
+    as ``check_gradients``'s."""
     report = check_gradients(function, inputs, reference=reference, surrogate=surrogate, order=order, seed=seed, step=step,
                              atol=atol, rtol=rtol, conditions=conditions, parity=parity, dtype=dtype, determinism=determinism,
-                             batch_invariant=batch_invariant)
+                             batch_invariant=batch_invariant, batch_dims=batch_dims)
     for observe in OBSERVERS:
         observe(report, order, _name(function))
     if report.passed(order) and not (report.parity is not None and report.parity.parted) and not (

@@ -65,6 +65,8 @@ class Family:
     order: int = 2  # how many times the formulas are meant to be differentiable: 1 leaves the second order unchecked
     module: str = ""  # the module whose import declares the family ("" where it is declared otherwise, inside a function)
     batch_invariant: bool = True  # False: a row's gradient depends on the other rows by design (batch norm); not flagged
+    # per input, the dim that is a batch (None: not batched, kept whole), as torch.func.vmap's in_dims; None: inferred
+    batch_dims: tuple[int | None, ...] | None = None
 
     def note(self, place: str, default: str = "") -> str:
         return self.notes.get(place, default)
@@ -112,7 +114,7 @@ class Family:
         surrogate = self._bound(self.surrogate, f"{self.title}'s surrogate", params) if self.surrogate is not None else None
         return problem(formula, self.bind(formula, params), self.bind(None, params) if self.reference is not None else None, inputs,
                        self.input_names, self.loss, outputs=self.output_names, constants=self.constants,
-                       structure_key=self.structure_key(params), surrogate=surrogate)
+                       structure_key=self.structure_key(params), surrogate=surrogate, batch_dims=self.batch_dims)
 
     def differentiates(self, index: int, value: Any) -> bool:
         """Whether input ``index`` (holding ``value``) is one the verdict differentiates."""
@@ -164,6 +166,18 @@ def _same_shaped_normals(names: tuple[str, ...]) -> Callable[..., tuple[Tensor, 
     return build_inputs
 
 
+def checked_batch_dims(batch_dims: Sequence[int | None] | None, n_inputs: int) -> tuple[int | None, ...] | None:
+    """``batch_dims`` as a tuple, one per input, or a clear error."""
+    if batch_dims is None:
+        return None
+    dims = tuple(batch_dims)
+    if len(dims) != n_inputs or not all(d is None or (isinstance(d, int) and not isinstance(d, bool)) for d in dims):
+        raise ValueError(f"batch_dims must give one int or None per input ({n_inputs}), as vmap's in_dims, not {batch_dims!r}")
+    if all(d is None for d in dims):
+        raise ValueError("batch_dims must name at least one batched input (an int), or be None to infer it")
+    return dims
+
+
 def sum_of_outputs(*outputs: Tensor) -> Tensor:
     return sum(o.sum() for o in outputs)
 
@@ -183,6 +197,7 @@ def declare(
     surrogate: Callable[..., Tensor] | None = None,
     order: int = 2,
     batch_invariant: bool = True,
+    batch_dims: Sequence[int | None] | None = None,
     title: str | None = None,
     description: str = "",
     latex: Mapping[str, str] | None = None,
@@ -202,7 +217,9 @@ def declare(
     straight-through round, a gradient reversal), plain torch ops with the same forward whose
     autograd gradient is the intended one, e.g. ``lambda x: x + (torch.round(x) - x).detach()``;
     it is then the truth. ``order=1``: the formulas are meant to be differentiated once (as with
-    ``@once_differentiable``); the second order is not checked.
+    ``@once_differentiable``); the second order is not checked. ``batch_dims``: per input, the dim
+    that is a batch or None (a parameter such as a bias, kept whole), as ``torch.func.vmap``'s
+    ``in_dims``: what the empty-batch and one-row conditions cut; by default, inferred.
     """
     if order not in (1, 2):
         raise ValueError(f"order must be 1 or 2, not {order!r}")
@@ -229,6 +246,7 @@ def declare(
             surrogate=surrogate,
             order=order,
             batch_invariant=batch_invariant,
+            batch_dims=checked_batch_dims(batch_dims, len(inputs)),
             module=module,
             forward_latex=latex.get("forward", ""),
             gradient_latex=latex.get("gradient", ""),

@@ -290,15 +290,32 @@ def _judge_backward(condition: _Backward, truths: _Truths) -> ConditionResult:
 # ---- other values: aliasing, sizes, ties -------------------------------------------------------------
 
 
-def _batch(given: Sequence[Any], wrt: Sequence[int]) -> int | None:
-    """The batch size: the first differentiable input's leading size (None: no batch to slice)."""
-    first = given[wrt[0]] if wrt else None
-    return int(first.shape[0]) if isinstance(first, Tensor) and first.dim() >= 1 else None
+@dataclass(frozen=True)
+class Batch:
+    """Which dim of each input is the batch (None: the input is kept whole, a bias say), and its size."""
 
+    size: int
+    dims: tuple[int | None, ...]
 
-def _rows(given: Sequence[Any], batch: int, rows: int) -> tuple[Any, ...]:
-    """The first ``rows`` rows of every tensor input whose leading size is the batch's."""
-    return tuple(x[:rows] if isinstance(x, Tensor) and x.dim() >= 1 and x.shape[0] == batch else x for x in given)
+    @classmethod
+    def leading(cls, given: Sequence[Any], wrt: Sequence[int], declared: Sequence[int | None] | None = None) -> Batch | None:
+        """The declared batch dims, or by default every input whose leading size is the first
+        differentiable input's (None: no batch to cut)."""
+        if declared is not None:
+            sizes = [int(x.shape[d]) for x, d in zip(given, declared) if d is not None and isinstance(x, Tensor) and -x.dim() <= d < x.dim()]
+            return cls(sizes[0], tuple(declared)) if sizes and len(set(sizes)) == 1 else None
+        first = given[wrt[0]] if wrt else None
+        if not isinstance(first, Tensor) or first.dim() < 1:
+            return None
+        size = int(first.shape[0])
+        return cls(size, tuple(0 if isinstance(x, Tensor) and x.dim() >= 1 and x.shape[0] == size else None for x in given))
+
+    def rows(self, given: Sequence[Any], rows: int) -> tuple[Any, ...]:
+        """The first ``rows`` rows of the batch: every batched input cut along its batch dim."""
+        return tuple(x.narrow(d, 0, rows) if d is not None else x for x, d in zip(given, self.dims))
+
+    def without(self, index: int) -> Batch:
+        return Batch(self.size, tuple(None if i == index else d for i, d in enumerate(self.dims)))
 
 
 def _tied(given: Sequence[Any], wrt: Sequence[int]) -> tuple[Any, ...]:
@@ -378,12 +395,12 @@ def _from_report(name: str, group: str, label: str, report, changed=None) -> Con
     return ConditionResult(name, group, label, "fail", finding=verdict.text, failure=failure, found=verdict.found)
 
 
-def _empty(problem, given, batch: int) -> ConditionResult:
+def _empty(problem, given, batch: Batch) -> ConditionResult:
     """An empty batch: forward and backward run, and give outputs and gradients of the right
     (empty) shapes. Nothing to compare element by element."""
     name, label = "the batch is empty", "an empty batch"
     result = lambda outcome, **kw: ConditionResult(name, "size", label, outcome, **kw)  # noqa: E731
-    changed = problem.remake(_rows(given, batch, 0))
+    changed = problem.remake(batch.rows(given, 0))
     if changed.failure is not None:
         outside = _outside_domain(changed) if changed.failure.stage == "forward" else ""
         if outside:
@@ -485,26 +502,30 @@ def _tied_directions(problem, tolerances: Tolerances, seed: int) -> Finding | No
     return None
 
 
-def _not_a_batch(jacobian: JacobianVerdict, batch: int) -> str:
-    """Why the inputs' leading dim is not a batch, read from the plain verdict's pattern; "" where it
-    is one (or the pattern cannot tell: a scalar output, no entries). A batch's output rows each
-    depend on their own input row alone; a dim the function reduces or mixes is not one."""
-    shape = jacobian.output_shape
+def _inferred(batch: Batch, jacobian: JacobianVerdict, wrt: Sequence[int]) -> tuple[Batch, str]:
+    """The leading batch checked against the plain verdict's pattern: the batch, with every input
+    whose rows each output row mixes kept whole (a bias as long as the batch, say), and why the
+    leading dim is not a batch at all ("" where it is one, or the pattern cannot tell: a scalar
+    output, no entries). A batch's output rows each depend on their own input row alone; a dim the
+    function reduces, or mixes in its first differentiable input, is not one."""
+    shape, size = jacobian.output_shape, batch.size
     if not shape:
-        return ""
-    if shape[0] != batch:
-        return f"the inputs' leading dim ({batch}) is not the output's ({shape[0]}): the function reduces it, so it is not a batch"
-    out_row = max(math.prod(shape) // batch, 1)
-    for e in jacobian.entries:
-        if not e.shape or e.shape[0] != batch or not e.rows.size:
+        return batch, ""
+    if shape[0] != size:
+        return batch, f"the inputs' leading dim ({size}) is not the output's ({shape[0]}): the function reduces it, so it is not a batch"
+    out_row = max(math.prod(shape) // size, 1)
+    for index, e in zip(wrt, jacobian.entries):
+        if not e.shape or e.shape[0] != size or not e.rows.size:
             continue
-        in_row = max(math.prod(e.shape) // batch, 1)
+        in_row = max(math.prod(e.shape) // size, 1)
         mixed = (e.rows // out_row) != (e.cols // in_row)
-        if mixed.any():
+        if mixed.any() and index != wrt[0]:  # a parameter that happens to be as long as the batch: kept whole
+            batch = batch.without(index)
+        elif mixed.any():
             k = int(np.argmax(mixed))
-            return (f"the inputs' leading dim is not a batch: output row {int(e.rows[k] // out_row)} depends on {e.name}'s row "
-                    f"{int(e.cols[k] // in_row)}, so emptying it or cutting it to one row makes another function")
-    return ""
+            return batch, (f"the inputs' leading dim is not a batch: output row {int(e.rows[k] // out_row)} depends on {e.name}'s row "
+                           f"{int(e.cols[k] // in_row)}, so emptying it or cutting it to one row makes another function")
+    return batch, ""
 
 
 def _other_values(problem, tolerances, judge_point, every: bool, seed: int, plain_passed: bool,
@@ -512,8 +533,11 @@ def _other_values(problem, tolerances, judge_point, every: bool, seed: int, plai
     if problem.remake is None or not all(bool(torch.isfinite(x).all()) for x in problem.inputs):
         return []  # at non-finite inputs the plain verdict says what the formula does with them; moved, they mean nothing
     given, wrt = problem.given, problem.signature.wrt
-    batch = _batch(given, wrt)
-    rows = (lambda g: g) if every or batch is None or batch <= VALUE_ROWS else (lambda g: _rows(g, batch, VALUE_ROWS))
+    batch = Batch.leading(given, wrt, problem.batch_dims)
+    not_batch = ""
+    if batch is not None and problem.batch_dims is None:
+        batch, not_batch = _inferred(batch, jacobian, wrt)
+    rows = (lambda g: g) if every or batch is None or batch.size <= VALUE_ROWS else (lambda g: batch.rows(g, VALUE_ROWS))
     found = []
     names = problem.names
 
@@ -543,14 +567,13 @@ def _other_values(problem, tolerances, judge_point, every: bool, seed: int, plai
         apart[ib] = _jittered(apart, [ia], 1e-3, seed)[ia]  # nearly the same values, in a tensor of its own
         found.append(_controlled(name, "aliasing", label, judge_point, changed, lambda apart=apart: problem.remake(tuple(apart)),
                                  f"with {names[b]} a tensor of its own at nearly the values of {names[a]}", plain_passed))
-    not_batch = _not_a_batch(jacobian, batch) if batch is not None else ""
     if not_batch:  # emptied or cut to one row, it would be another function: outside the Function's domain
         found += [ConditionResult(name, "size", label, "not applicable", finding=not_batch)
                   for name, label in (("the batch is empty", "an empty batch"), ("the batch has one row", "a batch of one"))]
-    elif batch is not None and batch > 0:
+    elif batch is not None and batch.size > 0:
         found.append(_empty(problem, given, batch))
-        if batch > 1:
-            one = _rows(given, batch, 1)
+        if batch.size > 1:
+            one = batch.rows(given, 1)
             found.append(too_large("the batch has one row", "size", "a batch of one", one) or
                          _from_report("the batch has one row", "size", "a batch of one", judge_point(changed := problem.remake(one)),
                                       changed))

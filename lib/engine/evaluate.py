@@ -44,7 +44,7 @@ def _evaluate_batch(function: Callable[..., Tensor], inputs: Sequence[Tensor], i
             return torch.func.vmap(at)(batch)
         except Exception:  # noqa: BLE001 - a Function without a vmap rule: one call per direction
             pass
-    return torch.stack([at(x) for x in batch])
+    return torch.stack([at(x.clone()) for x in batch])  # a copy of its own: a row of the batch is a view at an offset
 
 
 def _difference(function, inputs, index: int, both: Tensor, step: float, batched: bool = True, base: Tensor | None = None) -> Tensor:

@@ -199,6 +199,7 @@ class Problem:
     remake: Callable[..., Problem] | None = None  # (given, formula=wrap, reference=wrap) -> the same problem on other inputs
     draw: Callable[[int], tuple] | None = None  # seed -> every input as given, freshly drawn (the precision stage's draws)
     given_truth: Callable[..., Any] | None = None  # the reference (or surrogate) as given: of every input, not the canonical form
+    batch_dims: tuple[int | None, ...] | None = None  # per given input, its batch dim (None: kept whole); None: inferred
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -211,7 +212,8 @@ class Problem:
 
 def problem(formula: str, function: Callable[..., Any], reference: Callable[..., Any] | None, inputs: Sequence[Tensor],
             names: Sequence[str], loss: Callable[..., Tensor], *, outputs: Sequence[str] = (), constants: Sequence[str] = (),
-            structure_key: Hashable = None, surrogate: Callable[..., Any] | None = None) -> Problem:
+            structure_key: Hashable = None, surrogate: Callable[..., Any] | None = None,
+            batch_dims: tuple[int | None, ...] | None = None) -> Problem:
     """The canonical form of ``function`` (and ``reference``) on ``inputs``: integer, boolean and
     declared-constant inputs held as they are, the differentiable outputs packed, ``loss`` taking
     the differentiable outputs. A forward that raises is kept as the problem's failure.
@@ -223,7 +225,7 @@ def problem(formula: str, function: Callable[..., Any], reference: Callable[...,
         of changing how they are called); its pattern is planned afresh."""
         wrap = lambda w, f: w(f) if w is not None and f is not None else f  # noqa: E731
         return problem(formula_name, wrap(formula, function), wrap(reference, given_reference), given, names, loss, outputs=outputs,
-                       constants=constants, surrogate=wrap(reference, surrogate))
+                       constants=constants, surrogate=wrap(reference, surrogate), batch_dims=batch_dims)
 
     formula_name, given_reference = formula, reference
     inputs = tuple(x.detach() if isinstance(x, Tensor) else x for x in inputs)
@@ -234,10 +236,11 @@ def problem(formula: str, function: Callable[..., Any], reference: Callable[...,
     except Exception as error:  # noqa: BLE001 - the code under test may be broken; the last to raise is named
         failure = Failure.of("reference" if reference is not None else "forward", error)
         return Problem(formula, None, None, (), None, lambda y: y.sum(), structure_key, failure, role, inputs, remake,
-                       given_truth=reference)
+                       given_truth=reference, batch_dims=batch_dims)
     canonical = lambda f: signature.canonical(f, inputs) if f is not None else None  # noqa: E731
     return Problem(formula, canonical(function), canonical(reference), signature.split(inputs), signature,
-                   lambda y: loss(*signature.unpack(y)), structure_key, role=role, given=inputs, remake=remake, given_truth=reference)
+                   lambda y: loss(*signature.unpack(y)), structure_key, role=role, given=inputs, remake=remake, given_truth=reference,
+                   batch_dims=batch_dims)
 
 
 def _outputs(problem: Problem) -> tuple[Tensor | None, Tensor | None, Failure | None]:

@@ -73,3 +73,15 @@ def test_declare_takes_a_surrogate_and_an_order_and_knows_the_module_that_declar
         assert problem.role == "surrogate" and problem.reference is not None
         with pytest.raises(ValueError, match="order must be 1 or 2"):
             declare("three", {"grl": Reversal}, order=3)
+
+
+def test_declared_batch_dims_reach_the_problem_and_bad_ones_are_refused():
+    from gradient_lab.app.family import declare
+    from tests.registry import families_kept
+
+    with families_kept():
+        family = declare("biased", {"add": lambda x, bias: x + bias}, inputs=("x", "bias"), batch_dims=(0, None))
+        problem = family.problem("add", (torch.randn(3, 4, dtype=torch.float64), torch.randn(4, dtype=torch.float64)))
+        assert problem.batch_dims == (0, None) and problem.remake(problem.given).batch_dims == (0, None)
+        with pytest.raises(ValueError, match="one int or None per input"):
+            declare("short", {"add": lambda x, bias: x + bias}, inputs=("x", "bias"), batch_dims=(0,))

@@ -368,3 +368,48 @@ def test_an_input_layout_that_only_moves_rounding_at_an_ill_conditioned_point_is
     report = views.gradient_report(case, "corrected")
     layouts = {r.name: r.outcome for r in report.conditions.results if r.group == "inputs"}
     assert report.verdict.passed and layouts and set(layouts.values()) == {"pass"}
+
+
+def _fused_bias_leaky_relu(x, bias):
+    return torch.nn.functional.leaky_relu(x + bias.view(1, -1, 1, 1), 0.2) * 2**0.5
+
+
+def test_a_parameter_as_long_as_the_batch_is_kept_whole_when_the_batch_is_cut():
+    # N == C: the bias's leading size is the batch's, yet every output row reads all of it
+    from tests.specimens.corpus.functions import FusedBiasLeakyReLU
+
+    generator = torch.Generator().manual_seed(0)
+    x, bias = torch.randn(3, 3, 2, 2, generator=generator, dtype=torch.float64), torch.randn(3, generator=generator, dtype=torch.float64)
+    report = check_gradients(FusedBiasLeakyReLU, (x, bias), reference=_fused_bias_leaky_relu, training=0)
+    size = {r.name: r.outcome for r in report.conditions.results if r.group == "size"}
+    assert size == {"the batch is empty": "pass", "the batch has one row": "pass"}, report.conditions.results
+
+
+@pytest.mark.parametrize("dims, emptied", [((0, None), ((0, 3, 2, 2), (3,))), ((1, 0), ((4, 0, 2, 2), (0,)))],
+                         ids=["batch first, bias whole", "channels as the batch"])
+def test_declared_batch_dims_say_what_the_size_conditions_cut(dims, emptied):
+    seen = []
+
+    class AddBias(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, bias):
+            seen.append((tuple(x.shape), tuple(bias.shape)))
+            return x + bias.view(1, -1, 1, 1)
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad, grad.sum((0, 2, 3))
+
+    generator = torch.Generator().manual_seed(0)
+    x, bias = torch.randn(4, 3, 2, 2, generator=generator, dtype=torch.float64), torch.randn(3, generator=generator, dtype=torch.float64)
+    report = check_gradients(AddBias, (x, bias), reference=lambda x, bias: x + bias.view(1, -1, 1, 1), training=0, batch_dims=dims)
+    size = {r.name: r.outcome for r in report.conditions.results if r.group == "size"}
+    assert size == {"the batch is empty": "pass", "the batch has one row": "pass"}, report.conditions.results
+    assert emptied in seen
+
+
+def test_batch_dims_that_do_not_fit_the_inputs_are_refused_with_the_reason():
+    with pytest.raises(ValueError, match="one int or None per input"):
+        check_gradients(lambda x: x * 2, torch.ones(2, 3, dtype=torch.float64), batch_dims=(0, None))
+    with pytest.raises(ValueError, match="at least one batched input"):
+        check_gradients(lambda x: x * 2, torch.ones(2, 3, dtype=torch.float64), batch_dims=(None,))

@@ -1130,3 +1130,22 @@ class LogDetCholesky(Function):
     def backward(ctx, grad):
         (a,) = ctx.saved_tensors
         return grad * torch.linalg.inv((a + a.mT) / 2)
+
+
+class FusedBiasLeakyReLU(Function):
+    """leaky_relu(x + bias over channels, 0.2)·√2 on (N, C, H, W) with a (C,) bias; the bias's
+    gradient sums over the batch and the map. An empty batch is a valid call: the bias is kept
+    whole, and its gradient is zero."""
+
+    # StyleGAN2 ports' fused_bias_leaky_relu (the reference implementation that runs without CUDA), re-created
+    @staticmethod
+    def forward(ctx, x, bias):
+        out = F.leaky_relu(x + bias.view(1, -1, 1, 1), 0.2) * 2**0.5
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        (out,) = ctx.saved_tensors
+        grad_x = grad * torch.where(out > 0, 1.0, 0.2) * 2**0.5
+        return grad_x, grad_x.sum((0, 2, 3))
