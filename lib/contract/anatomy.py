@@ -11,9 +11,11 @@ the raw return, before PyTorch checks or casts it), and ``lint`` names every bro
 
 from __future__ import annotations
 
+import ast
 import inspect
 import itertools
 import math
+import textwrap
 import threading
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -52,10 +54,21 @@ class Returned:
 
 
 @dataclass(frozen=True)
+class Kept:
+    """A tensor a node keeps on ctx outside save_for_backward: where it sits and the line that put it there."""
+
+    path: str  # from ctx: "ctx.y", "ctx.kept[0]", "ctx.cache['h']", "ctx.layers[0]['act']", "ctx.state.h" (a namedtuple's field)
+    line: int | None  # the line of the user's forward (or setup_context) that stored it, where its source shows it
+    shape: tuple[int, ...]
+    dtype: str
+
+
+@dataclass(frozen=True)
 class Broken:
     rule: str  # the rule of the contract, in a few words
     severity: str  # one of SEVERITIES
     message: str  # which tensor or input, and what PyTorch does about it
+    kept: tuple[Kept, ...] = ()  # for a tensor kept on ctx: each such tensor the message is about
 
 
 @dataclass(frozen=True)
@@ -275,14 +288,27 @@ def graph_dot(output: Tensor, names: Sequence[str], inputs: Sequence[Tensor], sa
 _CTX_INTERNALS = {"to_save", "non_differentiable", "dirty_tensors", "materialize_grads", "needs_input_grad", "saved_variables"}
 
 
-def _tensors_in(value, depth: int = 0) -> list[Tensor]:
-    """The tensors a ctx attribute holds: itself, or inside a list, tuple, set or dict (one level down or two)."""
+_ANY = object()  # a key the source does not fix (a subscript by a variable), or a set's member, which has none
+
+
+def _contents(value, path: str, keys: tuple = (), depth: int = 0) -> list[tuple[str, tuple, Tensor]]:
+    """The tensors a ctx attribute holds, each with its path from ctx and the keys that reach it: the
+    attribute itself, or inside a list, tuple, namedtuple (by field), set or dict (three levels down at most)."""
     if isinstance(value, Tensor):
-        return [value]
+        return [(path, keys, value)]
     if depth > 2:
         return []
-    items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple, set)) else ()
-    return [t for item in items for t in _tensors_in(item, depth + 1)]
+    if isinstance(value, dict):
+        items = [(f"{path}[{key!r}]", key, item) for key, item in value.items()]
+    elif isinstance(value, tuple) and hasattr(value, "_fields"):
+        items = [(f"{path}.{name}", index, item) for index, (name, item) in enumerate(zip(value._fields, value))]
+    elif isinstance(value, (list, tuple)):
+        items = [(f"{path}[{index}]", index, item) for index, item in enumerate(value)]
+    elif isinstance(value, (set, frozenset)):
+        items = [(path, _ANY, item) for item in value]
+    else:
+        return []
+    return [found for item_path, key, item in items for found in _contents(item, item_path, (*keys, key), depth + 1)]
 
 
 def _precision(dtype: torch.dtype) -> int:
@@ -372,36 +398,294 @@ def _held(value) -> str:
     return what + (": the CPU random generator's state (torch.get_rng_state()), fine to keep on ctx" if _is_rng_state(value) else "")
 
 
-def _lint_ctx(node, input_shapes: set[tuple[int, ...]] = frozenset()) -> list[Broken]:
-    """The tensors a node keeps on ctx. Kept there rather than saved, an input or output (or a view
-    of one) is what save_for_backward exists for: double backward loses its graph, in-place changes
-    to it go unseen, and an output on its own ctx makes a cycle that leaks. Any other floating tensor
-    (an activation made inside forward) no gradient flows through: where it has an input's shape it
-    was computed from that input element by element (exp(x), a norm's scale, a CDF's denominator),
-    and a double backward through backward cannot see how it depends on it, a warning (the PyTorch
-    tutorial's "what not to do"); else only saved-tensor hooks miss it, a note. An integer or bool
-    one carries no gradient at all (a generator's state, as torch.utils.checkpoint keeps it,
-    shapes, indices, masks): nothing to say."""
-    broken = []
-    for attribute, value in vars(node).items():
-        held = [] if attribute in _CTX_INTERNALS or attribute.startswith("_") else _tensors_in(value)
-        if not held:
+# ---- where forward put a tensor on ctx: its source, read -----------------------------------------------------
+
+_GROWERS = {"append", "extend", "insert", "add", "+="}  # what adds to a list (or a set) kept on ctx
+_KEYED = {"update", "setdefault"}  # what adds to a dict kept on ctx
+
+
+@dataclass(frozen=True, eq=False)
+class _Store:
+    """A statement of forward (or setup_context) that puts something on ctx: ``ctx.a = value`` (also
+    in a tuple of targets, or by setattr), ``ctx.a[k] = value``, ``ctx.a.append(value)``, ``ctx.a += [...]``."""
+
+    attribute: str
+    keys: tuple  # the subscripts after ctx.attribute, as constants (_ANY: not a constant)
+    line: int  # the statement's, in its file
+    value: ast.AST | None = None  # what was stored, where the source pairs it with its target
+    method: str = ""  # a call's (append, extend, insert, add, update, setdefault) or "+="
+    args: tuple = ()
+    keywords: tuple = ()
+    looped: bool = False  # inside a loop or a comprehension: it may run any number of times
+
+
+def _literal(node: ast.AST):
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return _ANY
+
+
+def _on_ctx(node: ast.AST, ctx: str) -> tuple[str, tuple] | None:
+    """(attribute, keys) where ``node`` is ``ctx.attribute[k1][k2]...``."""
+    keys = []
+    while isinstance(node, ast.Subscript):
+        keys.append(_literal(node.slice))
+        node = node.value
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == ctx:
+        return node.attr, tuple(reversed(keys))
+    return None
+
+
+class _Stores(ast.NodeVisitor):
+    def __init__(self, ctx: str):
+        self.ctx, self.loops, self.found = ctx, 0, []
+
+    def _store(self, target: ast.AST, value: ast.AST | None, line: int, **call) -> None:
+        if isinstance(target, (ast.Tuple, ast.List)):  # ctx.a, ctx.b = a, b: each target with its own value
+            elements = target.elts
+            paired = (isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(elements)
+                      and not any(isinstance(e, ast.Starred) for e in (*elements, *value.elts)))
+            for i, element in enumerate(elements):
+                self._store(element.value if isinstance(element, ast.Starred) else element, value.elts[i] if paired else None, line)
+            return
+        found = _on_ctx(target, self.ctx)
+        if found is not None:
+            self.found.append(_Store(found[0], found[1], line, value, looped=self.loops > 0, **call))
+
+    def _loop(self, node: ast.AST) -> None:
+        self.loops += 1
+        self.generic_visit(node)
+        self.loops -= 1
+
+    visit_For = visit_AsyncFor = visit_While = visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _loop
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        for target in node.targets:
+            self._store(target, node.value, node.lineno)
+        self.generic_visit(node)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        if node.value is not None:
+            self._store(node.target, node.value, node.lineno)
+        self.generic_visit(node)
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> None:
+        self._store(node.target, None, node.lineno, method="+=" if isinstance(node.op, ast.Add) else "", args=(node.value,))
+        self.generic_visit(node)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        function = node.func
+        if isinstance(function, ast.Attribute) and function.attr in _GROWERS | _KEYED:
+            self._store(function.value, None, node.lineno, method=function.attr, args=tuple(node.args), keywords=tuple(node.keywords))
+        elif (isinstance(function, ast.Name) and function.id == "setattr" and len(node.args) == 3 and isinstance(node.args[0], ast.Name)
+              and node.args[0].id == self.ctx and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
+            self.found.append(_Store(node.args[1].value, (), node.lineno, node.args[2], looped=self.loops > 0))
+        self.generic_visit(node)
+
+
+def _ctx_stores(cls) -> list[_Store]:
+    """Every statement of ``cls``'s forward and setup_context that puts something on ctx, in source order,
+    with its line in the file; none where the source cannot be read (a class made by exec, or builtin)."""
+    base, stores = torch.autograd.Function, []
+    old_style = inspect.getattr_static(cls, "setup_context", None) is inspect.getattr_static(base, "setup_context")
+    for method in ("forward", "setup_context"):
+        if inspect.getattr_static(cls, method, None) is inspect.getattr_static(base, method):
+            continue  # torch's own: nothing of the user's
+        try:
+            function = getattr(cls, method)
+            parameters = _forward_parameters(cls) if method == "forward" else list(inspect.signature(function).parameters)
+            if not parameters or (method == "forward" and not old_style and parameters[0] != "ctx"):
+                continue  # a forward in the new style takes no ctx
+            lines, start = inspect.getsourcelines(inspect.unwrap(function))
+            tree = ast.parse(textwrap.dedent("".join(lines)))
+        except (OSError, TypeError, ValueError, SyntaxError, AttributeError):
             continue
-        what = f"a tensor {tuple(held[0].shape)}" if isinstance(value, Tensor) else f"{len(held)} tensor(s) in a {type(value).__name__}"
-        if any(_in_graph(t) for t in held):
-            broken.append(Broken("tensors are saved with save_for_backward", "error",
-                                 f"ctx.{attribute} holds {what}, an input or output of forward (or a view of one), as an attribute "
-                                 "instead of saving it with ctx.save_for_backward: first order works, but double backward can lose its "
-                                 "graph, in-place changes to it go unseen, and it can leak with the graph"))
-        elif any((t.is_floating_point() or t.is_complex()) and tuple(t.shape) in input_shapes for t in held):
-            broken.append(Broken("tensors are saved with save_for_backward", "warning",
-                                 f"ctx.{attribute} holds {what} computed in forward from its input, as an attribute: backward works, "
-                                 "but a double backward through it cannot see how it depends on the input, and saved-tensor hooks "
-                                 "never see it; save the input or output with ctx.save_for_backward and recompute it in backward"))
-        elif any(t.is_floating_point() or t.is_complex() for t in held):
-            broken.append(Broken("tensors are saved with save_for_backward", "note",
-                                 f"ctx.{attribute} holds {what} that no gradient flows through, as an attribute: fine for backward, but "
-                                 "saved-tensor hooks (torch.autograd.graph.saved_tensors_hooks: offloading, packing) never see it"))
+        ast.increment_lineno(tree, start - 1)
+        visitor = _Stores(parameters[0])
+        visitor.visit(tree)
+        stores += visitor.found
+    return stores
+
+
+def _same(a, b) -> bool:
+    if a is _ANY or b is _ANY:
+        return True
+    try:
+        return bool(type(a) is type(b) and a == b)
+    except Exception:  # noqa: BLE001 - a key whose == is not a bool (a tensor): not the same
+        return False
+
+
+def _child(node: ast.AST, key) -> ast.AST | None:
+    """The expression that gives ``node[key]``, where ``node`` is a literal (or dict(...)) that shows it."""
+    if isinstance(node, (ast.List, ast.Tuple)) and isinstance(key, int) and not any(isinstance(e, ast.Starred) for e in node.elts):
+        return node.elts[key] if 0 <= key < len(node.elts) else None
+    if isinstance(node, ast.Dict):
+        matches = [v for k, v in zip(node.keys, node.values) if k is not None and key is not _ANY and _same(_literal(k), key)]
+        return matches[-1] if matches else None  # {"h": a, "h": b} keeps b
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict" and not node.args:
+        matches = [k.value for k in node.keywords if k.arg is not None and k.arg == key]
+        return matches[-1] if matches else None
+    return None
+
+
+def _length(node: ast.AST | None) -> int | None:
+    """How many elements a list or tuple literal has; None where the source does not say (a starred element, a call)."""
+    if isinstance(node, (ast.List, ast.Tuple)) and not any(isinstance(e, ast.Starred) for e in node.elts):
+        return len(node.elts)
+    return None
+
+
+def _descend(node: ast.AST | None, keys: tuple) -> tuple[int | None, int]:
+    """The line of the element at ``keys`` inside ``node``, as deep as the source shows it, and how many keys it went down."""
+    reached = 0
+    for key in keys:
+        child = _child(node, key) if node is not None else None
+        if child is None:
+            break
+        node, reached = child, reached + 1
+    return (node.lineno if reached else None), reached
+
+
+def _added(stores: list[_Store], store: _Store, keys: tuple) -> tuple[int | None, int]:
+    """Where a call that adds to a container on ctx (``store``) put the element at ``keys`` (relative to
+    that container): its line and how many keys it accounts for; (None, 0) where it did not, or where
+    the source cannot tell which of several calls did (a loop, an insert, an extend of a variable)."""
+    if not keys:
+        return None, 0
+    key, rest = keys[0], keys[1:]
+    if store.method in _KEYED:
+        if store.method == "setdefault" and len(store.args) == 2 and _same(_literal(store.args[0]), key) and key is not _ANY:
+            value = store.args[1]
+        else:
+            value = next((k.value for k in reversed(store.keywords) if k.arg is not None and k.arg == key), None)
+            if value is None and store.method == "update" and store.args:
+                value = _child(store.args[0], key)
+        if value is None:
+            return None, 0
+        line, reached = _descend(value, rest)
+        return line or store.line, 1 + reached
+    growers = [s for s in stores if s.attribute == store.attribute and s.keys == store.keys and s.method in _GROWERS]
+    first = next(i for i, s in enumerate(stores) if s is growers[0])
+    made = [s for s in stores[:first] if s.attribute == store.attribute and s.keys == store.keys and not s.method]
+    length = _length(made[-1].value) if made else None  # what the list held before the first call added to it
+    if isinstance(key, int) and length is not None and key < length:
+        return None, 0  # the literal that made the list holds it
+    counts = [(1 if s.method == "append" else _length(s.args[0]) if s.method in ("extend", "+=") else None) if s.args else None for s in growers]
+    if isinstance(key, int) and length is not None and not any(s.looped for s in growers) and None not in counts:
+        position = length
+        for grower, count in zip(growers, counts):
+            if position <= key < position + count:
+                if grower is not store:
+                    return None, 0
+                element = grower.args[0] if grower.method == "append" else grower.args[0].elts[key - position]
+                line, reached = _descend(element, rest)
+                return line or element.lineno, 1 + reached
+            position += count
+        return None, 0
+    if len({s.line for s in growers}) == 1 and store is growers[-1]:  # one call adds them all
+        element = store.args[0] if store.method in ("append", "add") and store.args else None
+        line, reached = _descend(element, rest)
+        return line or store.line, 1 + reached
+    return None, 0
+
+
+def _line(stores: list[_Store], attribute: str, keys: tuple) -> int | None:
+    """The line that put the tensor at ``keys`` into ctx.attribute: the store that shows it most
+    precisely (an element of a literal, a keyed store, the call that added it), the latest of equals,
+    else the line that set the attribute; None where forward's source shows none (a helper set it)."""
+    best, line = -1, None
+    for store in stores:
+        depth = len(store.keys)
+        if store.attribute != attribute or depth > len(keys) or not all(_same(a, b) for a, b in zip(store.keys, keys)):
+            continue
+        if store.method:
+            found, reached = _added(stores, store, keys[depth:])
+            if found is None:
+                continue
+        else:
+            found, reached = _descend(store.value, keys[depth:])
+        if depth + reached >= best:
+            best, line = depth + reached, found or store.line
+    return line
+
+
+def _severity(t: Tensor, input_shapes) -> str | None:
+    """The rule for a tensor kept on ctx (see _lint_ctx)."""
+    if _in_graph(t):
+        return "error"
+    if t.is_floating_point() or t.is_complex():
+        return "warning" if tuple(t.shape) in input_shapes else "note"
+    return None
+
+
+def _at(line: int | None) -> str:
+    return f" (line {line})" if line is not None else ""
+
+
+def _places(kept: Sequence[Kept], shown: int = 4) -> str:
+    """The paths of several tensors kept on ctx, each with its line, or the line once where they share it."""
+    more = f" and {len(kept) - shown} more" if len(kept) > shown else ""
+    lines = {k.line for k in kept}
+    if len(lines) == 1:
+        line = next(iter(lines))
+        return ", ".join(k.path for k in kept[:shown]) + more + (f"; line {line}" if line is not None else "")
+    return ", ".join(k.path + (f" line {k.line}" if k.line is not None else "") for k in kept[:shown]) + more
+
+
+def _kept_words(severity: str, attribute: str, value, kept: Sequence[Kept]) -> str:
+    """What a finding about tensors kept on ctx says: where each is (its path and line), and what it costs."""
+    one = len(kept) == 1
+    it, them = ("it", "it") if one else ("they", "them")
+    if one:
+        place = "as an attribute" if isinstance(value, Tensor) else f"in a {type(value).__name__} on ctx"
+        subject = f"{kept[0].path}{_at(kept[0].line)} holds a tensor {kept[0].shape}"
+    else:
+        place = "on ctx"
+        subject = f"ctx.{attribute} holds {len(kept)} tensor(s) in a {type(value).__name__} ({_places(kept)})"
+    if severity == "error":
+        what = "an input or output of forward (or a view of one)" if one else "inputs or outputs of forward (or views of them)"
+        return (f"{subject}, {what}, {place} instead of saving {them} with ctx.save_for_backward: first order works, but double "
+                f"backward can lose its graph, in-place changes to {them} go unseen, and {it} can leak with the graph")
+    if severity == "warning":
+        return (f"{subject} computed in forward from its input, {place}: backward works, but a double backward through {them} cannot "
+                f"see how {it} {'depends' if one else 'depend'} on the input, and saved-tensor hooks never see {them}; save the input or "
+                f"output with ctx.save_for_backward and recompute {them} in backward")
+    return (f"{subject} that no gradient flows through, {place}: fine for backward, but saved-tensor hooks "
+            f"(torch.autograd.graph.saved_tensors_hooks: offloading, packing) never see {them}")
+
+
+def _lint_ctx(node, input_shapes: set[tuple[int, ...]] = frozenset()) -> list[Broken]:
+    """The tensors a node keeps on ctx, as attributes or inside lists, tuples, dicts or sets there,
+    each named by its path (``ctx.cache['h']``) and the line of forward that put it there. Kept there
+    rather than saved, an input or output (or a view of one) is what save_for_backward exists for:
+    double backward loses its graph, in-place changes to it go unseen, and an output on its own ctx
+    makes a cycle that leaks. Any other floating tensor (an activation made inside forward) no gradient
+    flows through: where it has an input's shape it was computed from that input element by element
+    (exp(x), a norm's scale, a CDF's denominator), and a double backward through backward cannot see
+    how it depends on it, a warning (the PyTorch tutorial's "what not to do"); else only saved-tensor
+    hooks miss it, a note. An integer or bool one carries no gradient at all (a generator's state, as
+    torch.utils.checkpoint keeps it, shapes, indices, masks): nothing to say. Per attribute, one
+    finding per severity, naming each tensor it is about (``Broken.kept``)."""
+    broken, stores = [], None
+    for attribute, value in vars(node).items():
+        held = [] if attribute in _CTX_INTERNALS or attribute.startswith("_") else _contents(value, f"ctx.{attribute}")
+        by_severity: dict[str, list[Kept]] = {}
+        for path, keys, t in held:
+            severity = _severity(t, input_shapes)
+            if severity is None:
+                continue
+            if stores is None:
+                try:
+                    stores = _ctx_stores(node._forward_cls)
+                except Exception:  # noqa: BLE001 - reading the user's source is a courtesy: without it, no line
+                    stores = []
+            by_severity.setdefault(severity, []).append(Kept(path, _line(stores, attribute, keys), tuple(t.shape),
+                                                             str(t.dtype).replace("torch.", "")))
+        for severity, kept in by_severity.items():
+            broken.append(Broken("tensors are saved with save_for_backward", severity, _kept_words(severity, attribute, value, kept),
+                                 tuple(kept)))
     return broken
 
 

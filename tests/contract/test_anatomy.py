@@ -2,11 +2,15 @@
 breaks, each named with its tensor or input (tests/specimens/contracts.py); nothing for a Function that
 keeps them."""
 
+import inspect
+
 import pytest
 import torch
 
 from gradient_lab.contract.anatomy import anatomy, rows_broken, rows_returned, rows_saved
-from tests.specimens.contracts import BROKEN, KEPT, Doubled, Good, checkpointed, formula
+from tests.specimens.contracts import (BROKEN, KEPT, CachesInADict, Doubled, FilledKeyByKey, Good, InputsInATuple, MetadataInContainers,
+                                       PairInSetupContext, PerLayerCaches, StateAsANamedtuple, StatesAppended, TensorOnCtx, TensorsInAList,
+                                       checkpointed, formula)
 
 NAMES = ("x", "y")
 
@@ -179,3 +183,131 @@ def test_the_gallerys_correct_functions_break_no_rule():
             problem = family.problem(correct, xs)  # as the app takes it apart: in the engine's canonical form
             found = anatomy(problem.function, problem.inputs, problem.names, timed=False)
             assert found.broken == [], (name, [(b.rule, b.message) for b in found.broken])
+
+
+# ---- tensors kept on ctx, however they are kept: each by its path and the line that put it there ---------------------
+
+KEPT_RULE = "tensors are saved with save_for_backward"
+
+
+def line_of(source, text: str) -> int:
+    """The line of the file holding ``source`` (a class or function) where ``text`` first appears."""
+    lines, start = inspect.getsourcelines(source)
+    return next(start + i for i, line in enumerate(lines) if text in line)
+
+
+def kept_on_ctx(found) -> dict[str, tuple[str, int | None]]:
+    """Each tensor the lint found kept on ctx: its path -> (severity, line)."""
+    return {k.path: (b.severity, k.line) for b in found.broken if b.rule == KEPT_RULE for k in b.kept}
+
+
+# specimen -> {path: (severity, the text of the line that stored it)}
+IN_CONTAINERS = {
+    "a dict": (CachesInADict, {"ctx.cache['weights']": ("warning", 'ctx.cache = {"weights"')}),
+    "a tuple of the inputs": (InputsInATuple, {"ctx.items[0]": ("error", "ctx.items = (x, y)"), "ctx.items[1]": ("error", "ctx.items = (x, y)")}),
+    "a list appended in a loop": (StatesAppended, {"ctx.states[0]": ("warning", "ctx.states.append(h)"),
+                                                   "ctx.states[1]": ("warning", "ctx.states.append(h)")}),
+    "a dict in a list, over lines": (PerLayerCaches, {"ctx.layers[0]['act']": ("warning", '{"act": torch.relu(hidden)')}),
+    "a dict filled key by key": (FilledKeyByKey, {"ctx.cache['lse']": ("note", 'ctx.cache["lse"] ='),
+                                                  "ctx.cache['probs']": ("warning", 'ctx.cache["probs"] =')}),
+    "a namedtuple": (StateAsANamedtuple, {"ctx.state.h": ("warning", "ctx.state = CellState("), "ctx.state.c": ("warning", "ctx.state = CellState(")}),
+    "a list in setup_context": (PairInSetupContext, {"ctx.pair[0]": ("error", "ctx.pair = [x, y]"), "ctx.pair[1]": ("error", "ctx.pair = [x, y]")}),
+    "a list (the old specimen)": (TensorsInAList, {"ctx.kept[0]": ("error", "ctx.kept = [x, y]"), "ctx.kept[1]": ("error", "ctx.kept = [x, y]")}),
+    "an attribute": (TensorOnCtx, {"ctx.y": ("error", "ctx.y = y")}),
+}
+
+
+@pytest.mark.parametrize("name", list(IN_CONTAINERS))
+def test_tensors_kept_on_ctx_in_containers_are_found_by_path_and_line(name):
+    function, expected = IN_CONTAINERS[name]
+    found = anatomy(function.apply, inputs(), NAMES, timed=False)
+    assert kept_on_ctx(found) == {path: (severity, line_of(function, text)) for path, (severity, text) in expected.items()}
+    # a bool mask beside the activation, an int in the dict, the saved inputs: nothing said of them
+    assert all(k.dtype == "float64" and k.shape in ((3, 4), (3,)) for b in found.broken for k in b.kept)
+    assert {b.rule for b in found.broken} - {"no gradient where none is needed"} == {KEPT_RULE}  # the older two also waste y's gradient
+
+
+def test_the_words_name_each_tensors_path_and_line():
+    found = anatomy(CachesInADict.apply, inputs(), NAMES, timed=False)
+    (warning,) = found.broken
+    line = line_of(CachesInADict, 'ctx.cache = {"weights"')
+    assert warning.message.startswith(f"ctx.cache['weights'] (line {line}) holds a tensor (3, 4) computed in forward from its input, in a dict")
+    (error,) = anatomy(InputsInATuple.apply, inputs(), NAMES, timed=False).broken
+    assert f"(ctx.items[0], ctx.items[1]; line {line_of(InputsInATuple, 'ctx.items = (x, y)')})" in error.message
+
+
+def test_containers_of_sizes_dtypes_and_options_on_ctx_are_silent():
+    found = anatomy(MetadataInContainers.apply, inputs(), NAMES, timed=False)
+    assert found.broken == []
+    assert set(found.attributes) == {"sizes", "options", "flags"}
+
+
+def test_each_element_is_given_the_line_that_added_it():
+    class Grows(Good):
+        @staticmethod
+        def forward(ctx, x, y):
+            ctx.save_for_backward(x, y)
+            ctx.buf = [x * 2]
+            ctx.buf.append(x * 3)
+            ctx.buf.extend([x * 4,
+                            x * 5])
+            ctx.stats = {}
+            ctx.stats.update(mean=x.mean(-1))
+            ctx.stats.setdefault("square", x * x)
+            setattr(ctx, "shifted", x + 1)  # noqa: B010 - a way of storing the lint must read
+            ctx.low, ctx.high = x - 1, x + 1
+            ctx.twice = []
+            for _ in range(2):  # two calls in a loop: which added which is not in the source, so the list's own line
+                ctx.twice.append(x * 6)
+                ctx.twice.append(x * 7)
+            return x * y
+
+    found = anatomy(Grows.apply, inputs(), NAMES, timed=False)
+    at = {text: line_of(Grows, text) for text in ("[x * 2]", "(x * 3)", "[x * 4,", "x * 5])", "update(", "setdefault(", "setattr(", "ctx.low,",
+                                                  "ctx.twice = []")}
+    assert kept_on_ctx(found) == {
+        "ctx.buf[0]": ("warning", at["[x * 2]"]), "ctx.buf[1]": ("warning", at["(x * 3)"]), "ctx.buf[2]": ("warning", at["[x * 4,"]),
+        "ctx.buf[3]": ("warning", at["x * 5])"]), "ctx.stats['mean']": ("note", at["update("]), "ctx.stats['square']": ("warning", at["setdefault("]),
+        "ctx.shifted": ("warning", at["setattr("]), "ctx.low": ("warning", at["ctx.low,"]), "ctx.high": ("warning", at["ctx.low,"]),
+        **{f"ctx.twice[{i}]": ("warning", at["ctx.twice = []"]) for i in range(4)}}
+
+
+def _stash(ctx, t):
+    ctx.extra = {"t": t}
+
+
+def test_a_tensor_a_helper_put_on_ctx_is_named_without_a_line():
+    class ByAHelper(Good):
+        @staticmethod
+        def forward(ctx, x, y):
+            ctx.save_for_backward(x, y)
+            _stash(ctx, x * 2)
+            return x * y
+
+    found = anatomy(ByAHelper.apply, inputs(), NAMES, timed=False)
+    assert kept_on_ctx(found) == {"ctx.extra['t']": ("warning", None)}
+    assert found.broken[0].message.startswith("ctx.extra['t'] holds a tensor (3, 4)")
+
+
+def test_the_tutorials_sinh_and_torchs_cross_map_lrn_are_given_their_lines():
+    class SinhBad(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            expx, expnegx = torch.exp(x), torch.exp(-x)
+            ctx.expx, ctx.expnegx = expx, expnegx
+            return (expx - expnegx) / 2
+
+        @staticmethod
+        def backward(ctx, grad_out):
+            return grad_out * (ctx.expx + ctx.expnegx) / 2
+
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    line = line_of(SinhBad, "ctx.expx, ctx.expnegx =")
+    assert kept_on_ctx(anatomy(SinhBad.apply, (x,), ("x",), timed=False)) == {"ctx.expx": ("warning", line), "ctx.expnegx": ("warning", line)}
+
+    from torch.nn.modules._functions import CrossMapLRN2d
+
+    x = torch.randn(2, 4, 3, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    found = anatomy(lambda x: CrossMapLRN2d.apply(x, 3), (x,), ("x",), timed=False)
+    # it sets ctx.scale to None, then to a buffer it fills in place: the line that made the tensor
+    assert kept_on_ctx(found) == {"ctx.scale": ("warning", line_of(CrossMapLRN2d.forward, "ctx.scale = ctx.scale or input.new()"))}

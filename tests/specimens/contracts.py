@@ -2,6 +2,8 @@
 breaks none), for tests/contract/test_anatomy.py and the Anatomy page's tests; and Functions written as
 people ship them, which break none (KEPT)."""
 
+from typing import NamedTuple
+
 import torch
 from torch.utils.checkpoint import checkpoint
 
@@ -320,3 +322,139 @@ def checkpointed(x, y):
 
 KEPT = {"classmethods": Classmethods, "edits after a nested apply": EditsAfterANestedApply, "out= in backward": OutParameters,
         "state on ctx": KeepsStateOnCtx}
+
+
+# ---- tensors kept on ctx inside containers (issue #37): each named by its path and line; our own ------------------
+
+
+class CachesInADict(Good):
+    # a dict cache of what forward computed, as hand-written attention Functions keep their softmax weights
+    @staticmethod
+    def forward(ctx, x, y):
+        ctx.save_for_backward(x, y)
+        weights = torch.softmax(x * y, dim=-1)
+        ctx.cache = {"weights": weights, "dim": -1}
+        return weights.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        w = ctx.cache["weights"]
+        gs = w * (g - (g * w).sum(ctx.cache["dim"], keepdim=True))
+        return (gs * y if ctx.needs_input_grad[0] else None), (gs * x if ctx.needs_input_grad[1] else None)
+
+
+class InputsInATuple(Good):
+    # the inputs stashed in a tuple rather than saved, as older custom layers keep their arguments
+    @staticmethod
+    def forward(ctx, x, y):
+        ctx.items = (x, y)
+        return x * y
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.items
+        return (g * y if ctx.needs_input_grad[0] else None), (g * x if ctx.needs_input_grad[1] else None)
+
+
+class StatesAppended(Good):
+    # each step's hidden state appended to a list on ctx, as hand-rolled RNN cells keep them for backward through time
+    @staticmethod
+    def forward(ctx, x, y):
+        ctx.save_for_backward(x, y)
+        ctx.states = []
+        h = x
+        for _ in range(2):
+            h = torch.tanh(h * y)
+            ctx.states.append(h)
+        return h.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        h1, h2 = ctx.states
+        d2 = g * (1 - h2**2)
+        d1 = d2 * y * (1 - h1**2)
+        return (d1 * y if ctx.needs_input_grad[0] else None), (d2 * h1 + d1 * x if ctx.needs_input_grad[1] else None)
+
+
+class PerLayerCaches(Good):
+    # a list of per-layer dicts (an activation beside its bool mask), as fused MLP Functions cache each layer
+    @staticmethod
+    def forward(ctx, x, y):
+        ctx.save_for_backward(x, y)
+        hidden = x * y
+        ctx.layers = [
+            {"act": torch.relu(hidden),
+             "mask": hidden > 0},
+        ]
+        return torch.relu(hidden)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        g = torch.where(ctx.layers[0]["mask"], g, 0.0)
+        return (g * y if ctx.needs_input_grad[0] else None), (g * x if ctx.needs_input_grad[1] else None)
+
+
+class FilledKeyByKey(Good):
+    # a dict made empty and filled key by key, as memory-efficient attention Functions keep probabilities and log-sum-exp
+    @staticmethod
+    def forward(ctx, x, y):
+        ctx.save_for_backward(x, y)
+        ctx.cache = {}
+        scores = x * y
+        ctx.cache["lse"] = torch.logsumexp(scores, dim=-1)  # one per row: not an input's shape
+        ctx.cache["probs"] = torch.softmax(scores, dim=-1)
+        return ctx.cache["probs"].clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        p = ctx.cache["probs"]
+        gs = p * (g - (g * p).sum(-1, keepdim=True))
+        return (gs * y if ctx.needs_input_grad[0] else None), (gs * x if ctx.needs_input_grad[1] else None)
+
+
+class CellState(NamedTuple):
+    """(h, c) by name, as an LSTM cell keeps its state."""
+
+    h: torch.Tensor
+    c: torch.Tensor
+
+
+class StateAsANamedtuple(Good):
+    # an LSTM-like cell's (h, c) kept as a namedtuple on ctx
+    @staticmethod
+    def forward(ctx, x, y):
+        ctx.save_for_backward(x, y)
+        ctx.state = CellState(torch.tanh(x * y), x * y)
+        return ctx.state.c.clone()
+
+
+class PairInSetupContext(Good):
+    # new-style setup_context keeping its inputs in a list, as Functions ported from the old style do
+    @staticmethod
+    def forward(x, y):
+        return x * y
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, y = inputs
+        ctx.pair = [x, y]
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.pair
+        return (g * y if ctx.needs_input_grad[0] else None), (g * x if ctx.needs_input_grad[1] else None)
+
+
+class MetadataInContainers(Good):
+    # the control: only what carries no tensor in containers on ctx (sizes, dtypes, options, flags), as shape-generic Functions keep
+    @staticmethod
+    def forward(ctx, x, y):
+        ctx.save_for_backward(x, y)
+        ctx.sizes = [x.shape, y.shape]
+        ctx.options = {"dtype": x.dtype, "dims": (0, 1), "scale": 2.0, "name": "product"}
+        ctx.flags = (True, None, [x.dim(), {"device": x.device}])
+        return x * y
