@@ -86,6 +86,9 @@ def diagnose(verdict: JacobianVerdict, inputs: Sequence[np.ndarray], tolerances:
                                 "PyTorch sums it to fit without a word",
                                 f"the Function's backward, called as autograd calls it, returns {shape} for {name} {own}",
                                 f"gradient of {name} returned as {shape}, summed by PyTorch"))
+    rolled = _rolled(verdict, tolerances) if len(verdict.probes) >= 2 else None
+    if rolled is not None:  # it predicts every product the formula gave: told alone, before stories that only say where it is wrong
+        return Diagnosis((*findings, rolled))
     a, t = _stack(verdict)
     finite = np.isfinite(a) & np.isfinite(t)
     tests = (_follows_foreign, _not_finite, _sign_or_factor, _row_factor, _row_factor_and_own_term, _transposed, _swapped, _reduction_dim, _region)
@@ -514,12 +517,14 @@ def _upstream(verdict, tolerances, others: Sequence[Finding] = ()) -> list[Findi
     entries = [e for e in verdict.entries if e.rows.size]
     entries_right = all(not (compare_entries(e.values["analytic"], {"truth": _truth(e.values)}, tolerances).excess > 0).any()
                         for e in entries)
-    if off is not None and entries and entries_right:
-        rolled = _rolled(verdict, tolerances)
-        found.append(rolled or Finding("grad_output mixed", "grad_output mixed across outputs",
-                                       f"every one of the truth's {verdict.coverage.compared:,} nonzero Jacobian entries is right, yet the "
-                                       f"backward has an entry where the true Jacobian is zero (∂out[{off.row}] / "
-                                       f"∂{name_element(off.input, off.shape, off.col)} is {off.value:.6g})"))
+    beyond = verdict.found is not None and verdict.found.kind == "off pattern"  # more than the entries account for, not located
+    if (off is not None or beyond) and entries and entries_right:
+        where = (f"an entry where the true Jacobian is zero (∂out[{off.row}] / ∂{name_element(off.input, off.shape, off.col)} is "
+                 f"{off.value:.6g})" if off is not None else
+                 f"products beyond what its entries account for (at {name_element(verdict.found.input, verdict.found.shape, verdict.found.element)})")
+        found.append(Finding("grad_output mixed", "grad_output mixed across outputs",
+                             f"every one of the truth's {verdict.coverage.compared:,} nonzero Jacobian entries is right, yet the "
+                             f"backward has {where}"))
     return found
 
 

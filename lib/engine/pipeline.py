@@ -121,7 +121,7 @@ def _second_point(problem: Problem, plans: Sequence[DifferencePlan], trusted: Se
                 u = torch.randn(tuple(output.shape), generator=generator, dtype=torch.float64).to(output)
                 analytic = gradients_for(problem.function, moved, u)[index]
                 truth = (gradients_for(problem.reference, moved, u)[index] if trusted[index] else
-                         numerical_gradient(problem.function, moved, plans[index], u, tolerances.step, budget_bytes))
+                         numerical_gradient(problem.function, moved, _at_another_point(plans[index]), u, tolerances.step, budget_bytes))
                 wrong = compare_entries(analytic, {"truth": truth}, tolerances).excess > 0
                 found[index] = (as_float64(moved[index], moved[index]).reshape(-1), wrong.reshape(-1))
             except Exception:  # noqa: BLE001 - the code under test may raise there: then the second point cannot tell
@@ -129,6 +129,12 @@ def _second_point(problem: Problem, plans: Sequence[DifferencePlan], trusted: Se
         return found[index]
 
     return wrong_at
+
+
+def _at_another_point(plan: DifferencePlan) -> DifferencePlan:
+    """A plan's perturbations without what it found at its own point (its values, the gaps, the
+    directions' differences): those belong to that point."""
+    return replace(plan, values=None, gaps=None, gap_rounding=None, reference_values=None, directions=(), along=())
 
 
 def _plain_verdict(first: FirstOrder, diagnosis=None) -> Verdict:
