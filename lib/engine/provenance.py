@@ -11,18 +11,25 @@ stack outside torch and Gradient Lab), the element, the input values there, a ca
 (0/0, x/0, log of ≤ 0, sqrt of < 0, a negative power of 0, exp overflow, inf − inf, 0 · inf, a
 masked singularity) and its known fix. It runs only where something is not finite: it costs
 nothing otherwise.
+
+An op that autograd's own derivative of a forward op ran (``SqrtBackward0``'s division in a double
+backward) is named by that forward op (``derivative="sqrt"``) and by the user's line that called it,
+read from the node's creation stack (anomaly mode records it), not by the line that called
+``autograd.grad``. An in-place op is judged by its operands as they were before it wrote them.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import re
 import traceback
-from typing import Any, Callable, Sequence
+import warnings
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_flatten, tree_map
 
 from .report import NonFiniteEvent, Provenance
 from .signature import name_index
@@ -50,14 +57,51 @@ FIXES = {
 }
 
 
-def _user_line() -> str:
-    """The innermost frame of the call outside torch and Gradient Lab: the user's code, as file:line."""
-    for frame in reversed(traceback.extract_stack()):
-        path = os.path.abspath(frame.filename)
+ROOTS = {"sqrt", "rsqrt", "pow", "norm", "linalg_vector_norm", "dist", "cdist"}  # derivatives that divide by a root or a norm
+ROOT_AT_ZERO = "a negative power of 0 (the derivative of sqrt or a norm at 0)"
+_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+
+
+def _user_line(frames: Iterable[tuple[str, int]] | None = None) -> str:
+    """The innermost frame outside torch and Gradient Lab of ``frames`` (outermost first; the live
+    stack where None): the user's code, as file:line."""
+    frames = [(f.filename, f.lineno) for f in traceback.extract_stack()] if frames is None else list(frames)
+    for filename, lineno in reversed(frames):
+        path = os.path.abspath(filename)
         ours = path.startswith(_LAB) and not path.startswith(_GALLERY)
         if not path.startswith(_TORCH) and not ours and "<frozen" not in path:
-            return f"{os.path.basename(path)}:{frame.lineno}"
+            return f"{os.path.basename(path)}:{lineno}"
     return ""
+
+
+def _derivative() -> tuple[str, str | None]:
+    """The forward op whose derivative autograd's engine is running now (``SqrtBackward0`` -> "sqrt")
+    and the user's line that called it, from the node's creation stack; ("", None) where the code
+    running is the user's own (a forward, a custom Function's backward)."""
+    node = torch._C._current_autograd_node()
+    if node is None or isinstance(node, torch.autograd.function.BackwardCFunction):
+        return "", None
+    name = re.sub(r"Backward\d*$", "", node.name())
+    op = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
+    stack = node.metadata.get("traceback_") or []
+    return op, _user_line((path, int(line)) for entry in stack for path, line in _FRAME.findall(entry))
+
+
+def _operands(func, args: tuple, kwargs: dict) -> list[Any]:
+    """An op's inputs, flat; for one that writes into an argument, that argument as it was before
+    (a copy), and an ``out=`` it only writes not at all."""
+    if not func._schema.is_mutable:
+        return tree_flatten((args, kwargs))[0]
+    operands = []
+    for position, argument in enumerate(func._schema.arguments):
+        value = args[position] if position < len(args) else kwargs.get(argument.name)
+        written = argument.alias_info is not None and argument.alias_info.is_write
+        if written and argument.kwarg_only:
+            continue
+        if written:
+            value = tree_map(lambda t: t.clone() if isinstance(t, Tensor) else t, value)
+        operands.extend(tree_flatten(value)[0])
+    return operands
 
 
 def _finite(t: Any) -> bool:
@@ -122,13 +166,13 @@ class _Recorder(TorchDispatchMode):
         self.masked = False  # a where ran in forward: a 0 · inf in backward is its masked singularity
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
         if self.born is not None and self.nan is not None:
-            return out
+            return func(*args, **(kwargs or {}))
+        inputs = _operands(func, args, kwargs or {})  # before the op: an in-place one writes over them
+        out = func(*args, **(kwargs or {}))
         name = func.overloadpacket.__name__.rstrip("_")
         if name == "where" and self.phase == "forward":
             self.masked = True
-        inputs, _ = tree_flatten((args, kwargs or {}))
         outputs = [o for o in tree_flatten(out)[0] if isinstance(o, Tensor)]
         if not outputs or all(_finite(o) for o in outputs):
             return out
@@ -148,21 +192,27 @@ class _Recorder(TorchDispatchMode):
         result = float(output.detach()[index]) if output.dim() else float(output)
         values = [_at(i, output.shape, index) for i in inputs if isinstance(i, (Tensor, int, float)) and not isinstance(i, bool)]
         cause = _cause(op, values, result, self.masked and self.phase != "forward")
-        return NonFiniteEvent(op=f"aten.{op}", phase=self.phase, line=_user_line(), element=name_index("out", index),
-                              inputs=tuple(v for v in values if v is not None), result=result, count=int(bad.sum()),
-                              cause=cause, fix=FIXES.get(cause, ""))
+        derivative, line = _derivative()
+        if derivative in ROOTS and cause in ("x/0", "0/0"):  # autograd's derivative of a root or a norm, divided by it at 0
+            cause = ROOT_AT_ZERO
+        return NonFiniteEvent(op=f"aten.{op}", phase=self.phase, line=_user_line() if line is None else line,
+                              element=name_index("out", index), inputs=tuple(v for v in values if v is not None), result=result,
+                              count=int(bad.sum()), cause=cause, fix=FIXES.get(cause, ""), derivative=derivative)
 
 
 def trace_non_finite(function: Callable[..., Tensor], inputs: Sequence[Tensor], upstream: Tensor | None = None,
                      order: int = 2, seed: int = 0) -> Provenance:
     """Run ``function``'s forward, its backward for ``upstream`` (random, seeded, where None) and,
     with ``order=2``, its double backward, under the recorder; the first non-finite value's birth
-    and, where different, where it became NaN."""
+    and, where different, where it became NaN. Anomaly mode (without its NaN check) records each
+    autograd node's creation stack: the line an op of autograd's own derivative is named by."""
     recorder = _Recorder()
     xs = [x.detach().requires_grad_() for x in inputs]
     error = ""
     try:
-        with torch.enable_grad(), recorder:
+        with (torch.enable_grad(), torch.autograd.set_detect_anomaly(True, check_nan=False), warnings.catch_warnings(),
+              recorder):
+            warnings.filterwarnings("ignore", message="Error detected in")  # anomaly mode's note on a backward that raised
             y = function(*xs)
             u = upstream if upstream is not None else torch.randn(tuple(y.shape), generator=torch.Generator().manual_seed(seed + 4241),
                                                                   dtype=torch.float64).to(y)

@@ -495,34 +495,38 @@ class NonFiniteEvent:
 
     op: str  # "aten.div"
     phase: str  # "forward", "backward" or "double backward"
-    line: str  # the user's code that called it, file:line ("" where autograd's own backward ran it)
+    line: str  # the user's code that called it, file:line; in autograd's derivative of an op, the line that called that op
     element: str  # the first non-finite element of its output, "out[2, 3]"
-    inputs: tuple[float, ...]  # the operation's inputs at that element
+    inputs: tuple[float, ...]  # the operation's inputs at that element (an in-place op's as they were before it)
     result: float  # what it gave there
     count: int  # non-finite elements of its output
     cause: str = ""  # a named cause, where one fits
     fix: str = ""  # the known fix, in one line
+    derivative: str = ""  # where autograd's own backward ran it: the op whose derivative it is ("sqrt"); "" where code called it
 
     def describe(self) -> str:
+        what = f"{self.derivative}'s derivative ({self.op})" if self.derivative else self.op
         where = f" at {self.line}" if self.line else " (in autograd's own backward)"
         values = ", ".join(f"{v:.6g}" for v in self.inputs)
         cause = f": {self.cause}" if self.cause else ""
         fix = f"; fix: {self.fix}" if self.fix else ""
-        return (f"{self.op} in {self.phase}{where} gave {self.result:g} at {self.element} from ({values}){cause} "
+        return (f"{what} in {self.phase}{where} gave {self.result:g} at {self.element} from ({values}){cause} "
                 f"({self.count:,} element{'s' * (self.count != 1)}){fix}")
 
 
 @dataclass(frozen=True)
 class Provenance:
-    """Where the first non-finite value was born and, where another op, where it became NaN."""
+    """Where the first non-finite value was born (an inf or a NaN from finite inputs) and, where another
+    op turned it into a NaN later, where it became NaN."""
 
-    born: NonFiniteEvent | None
-    became_nan: NonFiniteEvent | None = None
+    born: NonFiniteEvent | None  # the first non-finite value: its op, its line, its result (inf or nan)
+    became_nan: NonFiniteEvent | None = None  # the first NaN made from inputs without one, where born gave an inf
     error: str = ""  # the code under test raised while it was traced
 
     def describe(self) -> str:
         if self.born is None:
-            return "no operation made a non-finite value from finite inputs" + (f" (it raised {self.error})" if self.error else "")
+            text = "no operation made a non-finite value from finite inputs" + (f" (it raised {self.error})" if self.error else "")
+            return text + (f"; became NaN in {self.became_nan.describe()}" if self.became_nan is not None else "")
         text = f"born in {self.born.describe()}"
         if self.became_nan is not None:
             text += f"; became NaN in {self.became_nan.describe()}"

@@ -229,7 +229,8 @@ def provenance_data(provenance) -> dict | None:
     """Where the first non-finite value was born (``lib.engine.provenance``); None where all is finite."""
     if provenance is None:
         return None
-    event = lambda e: None if e is None else {"op": e.op, "phase": e.phase, "line": e.line or None, "element": e.element,  # noqa: E731
+    event = lambda e: None if e is None else {"op": e.op, "derivative of": e.derivative or None,  # noqa: E731
+                                              "phase": e.phase, "line": e.line or None, "element": e.element,
                                               "inputs": list(e.inputs), "result": e.result, "count": e.count,
                                               "cause": e.cause or None, "fix": e.fix or None}
     return {"summary": provenance.describe(), "born": event(provenance.born), "became NaN": event(provenance.became_nan),

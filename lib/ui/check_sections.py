@@ -118,10 +118,7 @@ def provenance(case, formula, report) -> None:
         st.caption(provenance.describe()[0].upper() + provenance.describe()[1:] + ".")
     for title, event in (("Born", provenance.born), ("Became NaN", provenance.became_nan)):
         if event is not None:
-            cause = f" — **{event.cause}**" if event.cause else ""
-            st.error(f"**{title}** in `{event.op}` ({event.phase}) at `{event.line or 'autograd’s own backward'}`, "
-                     f"{event.element} = {event.result:g} from ({', '.join(f'{v:.6g}' for v in event.inputs)}){cause}. "
-                     + (f"Fix: {event.fix}." if event.fix else ""), icon=":material/bug_report:")
+            st.error(f"**{title}** in {sentence(event.describe())}.", icon=":material/bug_report:")
     st.caption("Every aten operation of the formula's forward, backward and double backward, watched as it ran "
                "(a TorchDispatchMode): the first to make a non-finite value from finite inputs, and the first to make a NaN.")
 

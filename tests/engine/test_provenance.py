@@ -3,6 +3,7 @@ inputs there, the cause and its fix; and nothing traced where everything is fini
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -11,15 +12,17 @@ import torch
 
 from gradient_lab.app import views
 from gradient_lab.app.case import Case
-from gradient_lab.engine.provenance import FIXES, trace_non_finite
+from gradient_lab.engine.provenance import FIXES, ROOT_AT_ZERO, trace_non_finite
 from gradient_lab.explore.perturb import Perturbation
 from gradient_lab.testing import assert_gradients_match, check_gradients
 
 FIXTURES = Path(__file__).parents[1] / "specimens" / "modules"
 sys.path.insert(0, str(FIXTURES))
 import nan_functions as nf  # noqa: E402
+import root_nan_functions as rf  # noqa: E402
 
 SOURCE = (FIXTURES / "nan_functions.py").read_text().splitlines()
+ROOT_SOURCE = (FIXTURES / "root_nan_functions.py").read_text().splitlines()
 
 
 def marked_line(name: str, mark: str = "# NaN:") -> int:
@@ -94,7 +97,7 @@ def test_a_double_backward_that_is_not_finite_is_traced_in_its_phase():
 
     x = nf.inputs_for("OverZero")  # positive, and 0 at x[1, 2]: the first order is right, its derivative is 0/0 there
     found = trace_non_finite(SqrtOnce.apply, [x], order=2)
-    assert found.born is not None and found.born.phase == "double backward" and found.born.cause == "x/0"  # sqrt's derivative
+    assert found.born is not None and found.born.phase == "double backward" and found.born.cause == ROOT_AT_ZERO  # sqrt's derivative
     assert found.became_nan is not None and found.became_nan.cause == "0 · inf"
     report = check_gradients(SqrtOnce.apply, x, reference=lambda v: v * v, order=2, conditions="none")
     assert report.verdict.passed and report.provenance is not None and report.provenance.born.phase == "double backward"
@@ -106,3 +109,53 @@ def test_always_traces_even_where_the_truth_is_not_finite_and_never_does_not():
     assert check_gradients(nf.OverZero.apply, x, reference=lambda v: v * 1.0, conditions="none", provenance="never").provenance is None
     forced = check_gradients(nf.MaskedSingularity.apply, x, reference=reference, conditions="none", provenance="always")
     assert forced.provenance is not None and forced.provenance.became_nan.cause.startswith("a where that masks")
+
+
+def root_line(name: str, mark: str) -> str:
+    """file:line of the line of ``name`` (in root_nan_functions.py) marked ``# inf:`` or ``# NaN:``."""
+    start = next(i for i, line in enumerate(ROOT_SOURCE) if line.startswith(f"class {name}("))
+    end = next((i for i in range(start + 1, len(ROOT_SOURCE)) if ROOT_SOURCE[i].startswith(("class ", "def "))), len(ROOT_SOURCE))
+    return f"root_nan_functions.py:{next(i + 1 for i in range(start, end) if f'# {mark}:' in ROOT_SOURCE[i])}"
+
+
+def test_an_inf_of_sqrts_derivative_in_double_backward_is_named_before_the_nan_it_becomes():
+    found = trace_non_finite(rf.AbsTimesX.apply, [rf.inputs()], order=2)
+    born, nan = found.born, found.became_nan
+    assert born.phase == "double backward" and born.derivative == "sqrt" and born.op == "aten.div"  # SqrtBackward0's division
+    assert born.line == root_line("AbsTimesX", "inf") and math.isinf(born.result) and born.element == "out[1, 2]"
+    assert born.cause == ROOT_AT_ZERO and born.fix == FIXES[ROOT_AT_ZERO]
+    assert nan.phase == "double backward" and nan.derivative == "mul" and nan.op == "aten.mul" and nan.cause == "0 · inf"
+    assert nan.line == root_line("AbsTimesX", "NaN") and nan.element == "out[1, 2]" and math.isnan(nan.result)
+    assert any(math.isinf(v) for v in nan.inputs) and 0.0 in nan.inputs
+    words = found.describe()
+    assert words.startswith(f"born in sqrt's derivative (aten.div) in double backward at {born.line} gave {born.result:g} at out[1, 2]")
+    assert f"; became NaN in mul's derivative (aten.mul) in double backward at {nan.line} gave nan" in words
+
+
+def test_the_verdict_names_sqrts_derivative_and_its_line():
+    report = check_gradients(rf.AbsTimesX.apply, rf.inputs(), reference=lambda v: v * v.abs(), order=2, conditions="none")
+    assert report.provenance is not None
+    assert report.provenance.born.derivative == "sqrt" and report.provenance.born.line == root_line("AbsTimesX", "inf")
+    assert report.provenance.became_nan.line == root_line("AbsTimesX", "NaN")
+
+
+@pytest.mark.parametrize("name, op", [("RootPowerBackward", "aten.reciprocal"), ("InPlaceReciprocal", "aten.reciprocal")])
+def test_an_inf_made_in_a_first_order_backward_is_named_before_the_nan(name, op):
+    found = trace_non_finite(getattr(rf, name).apply, [rf.inputs()], order=1)
+    born, nan = found.born, found.became_nan
+    assert born.op == op and born.derivative == "" and born.phase == "backward" and born.cause == "x/0"
+    assert born.line == root_line(name, "inf") and born.result == math.inf and born.element == "out[1, 2]"
+    assert born.inputs[-1] == 0.0  # an in-place op's operand as it was before it wrote the inf over it
+    assert nan.op == "aten.mul" and nan.cause == "0 · inf" and nan.line == root_line(name, "NaN") and nan.derivative == ""
+    assert found.describe().startswith(f"born in {op} in backward at {born.line} gave inf")
+
+
+def test_a_nan_born_directly_is_one_op():
+    found = trace_non_finite(nf.ZeroOverZero.apply, [nf.inputs_for("ZeroOverZero")], order=1)
+    assert found.born.op == "aten.div" and found.born.cause == "0/0" and found.born.derivative == ""
+    assert math.isnan(found.born.result) and found.became_nan is None and "became NaN" not in found.describe()
+    root_times_x = lambda v: torch.sqrt(v) * v  # noqa: E731 - sqrt's derivative at 0 is 0/0 here: a NaN with no inf before
+    line = sys._getframe().f_lineno - 1
+    plain = trace_non_finite(root_times_x, [rf.inputs()], order=1)
+    assert plain.born.derivative == "sqrt" and plain.born.op == "aten.div" and plain.born.line == f"test_provenance.py:{line}"
+    assert math.isnan(plain.born.result) and plain.born.cause == ROOT_AT_ZERO and plain.became_nan is None
