@@ -28,6 +28,7 @@ def child(names: list[str], conditions: str) -> None:
     from torch.testing._internal.common_methods_invocations import op_db
 
     sys.path.insert(0, ROOT)
+    from gradient_lab.errors import LabError
     from gradient_lab.testing import check_gradients
 
     warnings.filterwarnings("ignore")
@@ -71,6 +72,8 @@ def child(names: list[str], conditions: str) -> None:
                 line["verdict"] = report.verdict.outcome
                 if not report.verdict.passed:
                     line["why"] = (report.verdict.condition + ": " if report.verdict.condition else "") + report.verdict.finding[:300]
+            except LabError as error:  # a clear refusal (sparse inputs, say): not a crash
+                line["verdict"] = f"refused: {str(error)[:200]}"
             except Exception as error:  # noqa: BLE001
                 line["verdict"] = f"crash {type(error).__name__}: {str(error)[:200]}"
         except Exception as error:  # noqa: BLE001
@@ -118,7 +121,8 @@ def main() -> None:
             bad += 1
             print(json.dumps(line))
     judged = sum("skipped" not in line for line in lines)
-    print(f"ops={len(names)} judged={judged} disagreements={bad}")
+    refused = sum(line.get("verdict", "").startswith("refused") for line in lines)
+    print(f"ops={len(names)} judged={judged} refused={refused} disagreements={bad}")
     print(f"disagreements={bad}")
 
 

@@ -26,6 +26,7 @@ from .engine.pipeline import compare_gradients
 from .app.family import Family, Formula, checked_batch_dims, sum_of_outputs
 from .engine.signature import differentiable, function_class, name_index
 from .engine.finding import truth_label
+from .errors import LabError
 from .engine.judge import compare_entries, truth_scale
 
 Tensor = torch.Tensor
@@ -93,6 +94,11 @@ def check_gradients(function, inputs: Tensor | Sequence[Tensor], *, reference=No
     if not all(isinstance(x, Tensor) for x in inputs) or not any(differentiable(x) for x in inputs):
         raise TypeError("inputs must be one floating-point tensor or a sequence of tensors with at least one floating-point "
                         "tensor among them (integer and boolean ones are passed through, never differentiated)")
+    if any(x.layout != torch.strided for x in inputs):
+        raise LabError("sparse inputs (layout " + ", ".join(sorted({str(x.layout).removeprefix('torch.') for x in inputs
+                                                                     if x.layout != torch.strided})) +
+                       ") are not supported yet: the verdict perturbs and compares dense tensors; check the Function on "
+                       "x.to_dense() where it accepts one")
     copies = tuple(x.detach().clone() for x in inputs)
     options = CheckOptions(order=order, seed=seed, step=step, atol=atol, rtol=rtol, conditions=conditions, parity=_parity_paths(parity),
                            determinism=determinism or 0, batch_invariant=batch_invariant, provenance=provenance, training=training)

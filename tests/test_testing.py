@@ -144,3 +144,11 @@ def test_the_message_says_whether_it_trains():
         assert_gradients_match(SquareOffByHalf, x, reference=lambda x: x * x)
     message = " ".join(str(raised.value).split())
     assert "Does it train: its path parts from the reference's at step 1" in message and "[fail]" in message
+
+
+def test_sparse_inputs_are_refused_with_a_clear_message():
+    from gradient_lab.errors import LabError
+
+    x = torch.eye(3, dtype=torch.float64).to_sparse_csr()
+    with pytest.raises(LabError, match="sparse inputs .*sparse_csr.* not supported"):
+        check_gradients(lambda x: x.to_dense() * 2, x)

@@ -118,14 +118,18 @@ class Coverage:
 
     @property
     def empty(self) -> bool:
-        """Nothing was compared: no verdict can be given."""
-        return self.compared == 0 and self.probed == 0
+        """Nothing was compared where there was something to compare: no verdict can be given. A
+        Jacobian with no entries at all (an empty input or output) is judged whole, vacuously, as
+        gradcheck judges it."""
+        return self.compared == 0 and self.probed == 0 and self.entries > 0
 
     def describe(self) -> str:
         rest = self.entries - self.structural
         how = f"by {self.backward_calls:,} backward call{'s' * (self.backward_calls != 1)} and {self.forward_evaluations:,} forward evaluations"
         ones = (f"the {self.structural:,} structurally nonzero ones" if not self.excluded else
                 f"{self.compared:,} of the {self.structural:,} structurally nonzero ones")
+        if self.entries == 0:
+            return "the Jacobian has no entries (an input or the output is empty): nothing to compare, so nothing is wrong"
         if self.structural == 0 and not self.partial:  # the truth is zero everywhere: nothing to compare one by one
             text = f"all {self.entries:,} Jacobian entries, every one zero in the truth, by {self.probes} random probes"
         elif self.partial:
@@ -378,7 +382,7 @@ def check_jacobian(
     if not partial:
         analytic = _backward(compressed_entries, function, inputs, patterns, colors, skip, shape, budget_bytes, graph=graph)
         entries = _entries(names, inputs, patterns, truths, analytic, skip, noises)
-        scales = [truth_scale(_truths(e.values)) for e in entries]  # the truths' own: the same for both passes
+        scales = _floored([truth_scale(_truths(e.values)) for e in entries])  # the truths' own: the same for both passes
         judged = [compare_entries(e.values["analytic"], _truths(e.values), tolerances, e.noises, scale) for e, scale in zip(entries, scales)]
         if any(j.failed for j in judged):  # a failure must hold with plain calls, not only under vmap
             analytic = _backward(compressed_entries, function, inputs, patterns, colors, skip, shape, budget_bytes, batched=False, graph=graph)
@@ -454,6 +458,18 @@ def check_jacobian(
     return JacobianVerdict(finding is None and not coverage.empty, finding, coverage, tuple(entries), probe_list,
                            tuple(zero), shape, tuple(forgiven["noise"].get(i, NONE) for i in range(len(inputs))), tuple(kink_elements),
                            tuple(scales), linear, located, follows_foreign)
+
+
+SCALE_FLOOR = 1e-8  # an input's unit of atol is at least this share of the largest input's: rounding, not a gradient, below it
+
+
+def _floored(scales: list[float]) -> list[float]:
+    """Each input's unit of atol (its truth's largest |value|), floored at ``SCALE_FLOOR`` of the
+    largest input's: an input whose whole Jacobian is rounding (attention weights that underflow
+    to 1e-17) is not judged at 1e-22, while rtol still holds each entry to its own size."""
+    finite = [s for s in scales if np.isfinite(s)]
+    floor = SCALE_FLOOR * max(finite, default=0.0)
+    return [max(s, floor) if np.isfinite(s) else s for s in scales]
 
 
 def _entries(names, inputs, patterns, truths: list[dict[str, np.ndarray]], analytic: list[np.ndarray], skip: np.ndarray,

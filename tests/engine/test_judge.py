@@ -231,3 +231,35 @@ def test_a_zero_dimensional_input_is_judged_not_crashed_on():
     xlogy = lambda a, b: torch.xlogy(a, b.abs())  # noqa: E731
     report = check_gradients(xlogy, (torch.tensor(0.0, dtype=torch.float64), y), reference=xlogy, conditions="none")
     assert report.verdict.passed and report.failure is None
+
+
+def test_an_empty_jacobian_passes_vacuously_as_gradcheck_says():
+    from gradient_lab.testing import check_gradients
+
+    report = check_gradients(lambda x: x.roll(1, 0), torch.zeros(0, 3, dtype=torch.float64), conditions="none", training=0)
+    assert report.verdict.outcome == "pass" and report.jacobian.coverage.entries == 0
+    assert torch.autograd.gradcheck(lambda x: x.roll(1, 0), (torch.zeros(0, 3, dtype=torch.float64, requires_grad=True),))
+
+
+def test_an_input_whose_whole_jacobian_is_rounding_is_not_judged_at_its_own_tiny_scale():
+    # y = (a, b·1e-17 + rounding): b's whole Jacobian is 1e-17, where a formula's exact 0 and the differences' rounding differ
+    class TinyCoupling(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a, b):
+            ctx.save_for_backward(a, b)
+            return torch.cat([a * a, (a.exp() * 1e-17 + b * 1e-17)])
+
+        @staticmethod
+        def backward(ctx, g):
+            a, b = ctx.saved_tensors
+            n = a.numel()
+            return 2 * a * g[:n] + a.exp() * 1e-17 * g[n:], g[n:] * 0.0  # b's true 1e-17 entries written as 0
+
+    from gradient_lab.testing import check_gradients
+
+    a, b = torch.randn(4, dtype=torch.float64), torch.randn(4, dtype=torch.float64)
+    report = check_gradients(TinyCoupling, (a, b), conditions="none", training=0)
+    assert report.verdict.passed, report.verdict.summary
+    wrong = check_gradients(lambda a, b: TinyCoupling.apply(a, b) * torch.cat([torch.ones(4), 1e17 * torch.ones(4)]).double(), (a, b),
+                            conditions="none", training=0)
+    assert not wrong.verdict.passed  # the same zero, where b's entries are 1, is a failure

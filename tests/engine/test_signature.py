@@ -207,3 +207,22 @@ def test_three_or_more_differentiable_outputs_are_packed_and_judged():
     report = check_gradients(lambda x: torch.split(x * x, 2), x, reference=lambda x: torch.split(x * x, 2), conditions="none")
     assert report.failure is None and report.verdict.passed
     assert [s.shape for s in report.signature.outputs] == [(2, 4)] * 3
+
+
+def test_a_complex_output_is_judged_as_its_real_and_imaginary_parts():
+    from gradient_lab.testing import check_gradients
+
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    report = check_gradients(torch.fft.rfft, x, conditions="none", training=0)
+    assert report.verdict.passed and report.jacobian.output_shape == (3, 3, 2)
+
+    class RfftConjugated(torch.autograd.Function):  # the gradient of the imaginary part's sign flipped
+        @staticmethod
+        def forward(ctx, x):
+            return torch.fft.rfft(x)
+
+        @staticmethod
+        def backward(ctx, g):
+            return torch.fft.irfft(g.conj(), n=4) * 0 + torch.fft.irfft(g, n=4) * 2
+
+    assert not check_gradients(RfftConjugated, x, conditions="none", training=0).verdict.passed
