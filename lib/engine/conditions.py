@@ -33,6 +33,7 @@ import torch
 from .evaluate import backward_products, numerical_gradient
 from .finding import Evidence, Finding
 from .isolate import Crashed, isolated
+from .signature import as_tuple
 from .judge import JacobianVerdict, compare_entries, truth_scale
 from .report import ConditionResult, Conditions, Failure
 from .tolerances import Tolerances
@@ -536,6 +537,22 @@ def _inferred(batch: Batch, jacobian: JacobianVerdict, wrt: Sequence[int]) -> tu
     return batch, ""
 
 
+def _outputs_alone(problem, judge_point) -> list[ConditionResult]:
+    """Each differentiable output used alone, as gradcheck checks them: the others take no part in
+    the loss, so their grad_output reaches the backward undefined (None, or zeros where autograd
+    materialises it). A backward that reads a gradient only when another is defined is wrong here."""
+    signature = problem.signature
+    if signature is None or len(signature.kept) < 2:
+        return []
+    found = []
+    for k in signature.kept:
+        alone = lambda f, k=k: (lambda *args: as_tuple(f(*args))[k])  # noqa: E731
+        name = signature.outputs[k].name
+        changed = problem.remake(problem.given, formula=alone, reference=alone)
+        found.append(_from_report(f"only {name} is used", "grad_output", f"only {name} used", judge_point(changed), changed))
+    return found
+
+
 def _other_values(problem, tolerances, judge_point, every: bool, seed: int, plain_passed: bool,
                   jacobian: JacobianVerdict) -> list[ConditionResult]:
     if problem.remake is None or not all(bool(torch.isfinite(x).all()) for x in problem.inputs):
@@ -557,6 +574,7 @@ def _other_values(problem, tolerances, judge_point, every: bool, seed: int, plai
             f"its case would hold {size:,} input elements, more than the {VALUE_ELEMENTS:,} the default conditions judge "
             f"whole: conditions=\"all\" (lib.check --conditions all) runs it"))
 
+    found += _outputs_alone(problem, judge_point)
     pairs = [(a, b) for a, b in itertools.combinations(range(len(wrt)), 2)
              if tuple(given[wrt[a]].shape) == tuple(given[wrt[b]].shape) and given[wrt[a]].dtype == given[wrt[b]].dtype]
     for a, b in pairs if every else pairs[:1]:

@@ -165,6 +165,9 @@ def _sign_or_factor(verdict, a, t, finite, inputs, tolerances) -> Finding | None
         return None
     if abs(c + 1) <= 1e-6:
         return Finding("sign", "sign flipped", "analytic = −1 × truth at every compared entry")
+    if c == 0 or not np.any(a[finite]):
+        return Finding("no gradient", "no gradient: the backward gives 0 wherever the truth has one",
+                       "analytic = 0 at every compared entry", "gives no gradient")
     words = f"sign flipped and off by a constant factor {abs(c):.6g}" if c < 0 else f"off by a constant factor {c:.6g}"
     return Finding("factor", words, f"analytic = {c:.6g} × truth at every compared entry")
 
@@ -320,6 +323,8 @@ def _swapped(verdict, a, t, finite, inputs, tolerances) -> Finding | None:
                 continue
             products = [p.products for p in verdict.probes]
             truth = "reference" if "reference" in products[0] else "numerical"
+            if not any(np.any(p["analytic"][i]) or np.any(p["analytic"][j]) for p in products):
+                continue  # both zero: nothing is in the other's place
             if all(p[truth][j] is not None and _explains(p["analytic"][i], p[truth][j], tolerances)
                    and _explains(p["analytic"][j], p[truth][i], tolerances) for p in products):
                 return Finding("swapped", f"the gradients of {entries[i].name} and {entries[j].name} are swapped",

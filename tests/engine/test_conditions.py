@@ -413,3 +413,14 @@ def test_batch_dims_that_do_not_fit_the_inputs_are_refused_with_the_reason():
         check_gradients(lambda x: x * 2, torch.ones(2, 3, dtype=torch.float64), batch_dims=(0, None))
     with pytest.raises(ValueError, match="at least one batched input"):
         check_gradients(lambda x: x * 2, torch.ones(2, 3, dtype=torch.float64), batch_dims=(None,))
+
+
+def test_a_backward_wrong_when_only_one_output_is_used_fails_that_condition_as_gradcheck_fails_it():
+    from tests.specimens.conditions import SinCosNeedsTheFirst
+
+    x = torch.randn(6, 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    report = check_gradients(SinCosNeedsTheFirst, x, reference=lambda x: (x.sin(), x.cos()), training=0)
+    outcomes = {r.name: r.outcome for r in report.conditions.results if r.name.endswith("is used")}
+    assert outcomes == {"only out0 is used": "pass", "only out1 is used": "fail"}
+    assert report.verdict.condition == "only out1 is used" and report.jacobian.passed  # both outputs used: right
+    assert not torch.autograd.gradcheck(SinCosNeedsTheFirst.apply, (x.clone().requires_grad_(),), raise_exception=False)

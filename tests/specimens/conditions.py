@@ -393,6 +393,25 @@ class RowSquaredNormRight(torch.autograd.Function):
         return 2 * x * g.unsqueeze(-1)
 
 
+class SinCosNeedsTheFirst(torch.autograd.Function):
+    """(sin x, cos x) whose backward, with grad_outputs left undefined where unused, returns no
+    gradient unless sin's is defined: right when both outputs are used, wrong when only cos is."""
+
+    # a multi-output backward that tests only its first grad_output for None (set_materialize_grads(False)), as in fused kernels
+    @staticmethod
+    def forward(ctx, x):
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(x)
+        return x.sin(), x.cos()
+
+    @staticmethod
+    def backward(ctx, g_sin, g_cos):
+        (x,) = ctx.saved_tensors
+        if g_sin is None:
+            return None
+        return g_sin * x.cos() - (g_cos * x.sin() if g_cos is not None else 0)
+
+
 # ==== ties and kinks =======================================================================================
 
 
