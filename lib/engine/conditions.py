@@ -41,7 +41,8 @@ from .tolerances import Tolerances
 Tensor = torch.Tensor
 
 GROUPS = ("requires_grad", "grad_output", "inputs", "aliasing", "size", "ties")
-CONDITION_SETS = ("default", "all", "none")  # lib.check --conditions, check(conditions=...)
+# lib.check --conditions, check(conditions=...); "none" still judges each output alone, as gradcheck's own check does
+CONDITION_SETS = ("default", "all", "none")
 PROBES = 2  # random upstream vectors per same-values condition
 SUBSETS_UP_TO = 4  # every non-empty subset of requires_grad up to this many inputs; beyond, a sample
 VALUE_ROWS = 4  # the rows of the batch the other-values conditions run on by default ("all": every row)
@@ -630,8 +631,11 @@ def check_conditions(problem, tolerances: Tolerances, jacobian: JacobianVerdict,
                      which: str = "default", seed: int = 0, budget_bytes: int) -> Conditions | None:
     """The verdict under every condition of ``which`` (``CONDITION_SETS``), after the plain one.
     ``judge_point``: the whole-Jacobian verdict of a changed problem (the pipeline's ``check``)."""
-    if which == "none" or problem.function is None or not problem.inputs:
+    if problem.function is None or not problem.inputs:
         return None
+    if which == "none":  # what gradcheck checks without being asked: each output's Jacobian with the others unused
+        alone = _outputs_alone(problem, judge_point)
+        return Conditions(tuple(alone), ()) if alone else None
     if which not in CONDITION_SETS:
         raise ValueError(f"unknown conditions {which!r}; choose one of: {', '.join(CONDITION_SETS)}")
     every = which == "all"

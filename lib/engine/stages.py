@@ -108,7 +108,8 @@ class Conditions:
     name = "conditions"
 
     def applies(self, first: FirstOrder, options: CheckOptions, earlier: Earlier) -> bool:
-        return first.judged and options.conditions != "none"
+        several = first.checked.signature is not None and len(first.checked.signature.kept) > 1  # each alone, whatever the set
+        return first.judged and (options.conditions != "none" or several)
 
     def run(self, first: FirstOrder, options: CheckOptions, earlier: Earlier):
         unit = max((s for s in first.jacobian.scales if s is not None), default=0.0)  # the plain case's, where a changed one vanishes

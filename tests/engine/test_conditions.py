@@ -424,3 +424,14 @@ def test_a_backward_wrong_when_only_one_output_is_used_fails_that_condition_as_g
     assert outcomes == {"only out0 is used": "pass", "only out1 is used": "fail"}
     assert report.verdict.condition == "only out1 is used" and report.jacobian.passed  # both outputs used: right
     assert not torch.autograd.gradcheck(SinCosNeedsTheFirst.apply, (x.clone().requires_grad_(),), raise_exception=False)
+
+
+def test_each_output_alone_is_judged_even_without_conditions_as_gradcheck_judges_it():
+    from tests.specimens.conditions import SinCosNeedsTheFirst
+
+    x = torch.randn(6, 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    report = check_gradients(SinCosNeedsTheFirst, x, conditions="none", training=0)
+    assert report.verdict.condition == "only out1 is used"
+    assert [r.name for r in report.conditions.results] == ["only out0 is used", "only out1 is used"]
+    single = check_gradients(lambda x: x.sin(), x, conditions="none", training=0)
+    assert single.conditions is None  # one output: nothing more to judge
