@@ -664,6 +664,8 @@ def _marked_kinks(function, inputs, entries, plans, tolerances, budget_bytes) ->
         if not elements.size or elements.size > MAX_SECOND_LOOK:
             continue
         looks = look_at_elements(function, inputs, i, elements.tolist(), tolerances.step)
+        fine = _looks_at_own_scale(function, inputs, i, np.array([c for c in elements if looks[int(c)].kink.any()]), tolerances.step)
+        looks.update(fine)  # where the plain step sees a kink, the element's own scale says whether there is one
         found[i] = {int(c): looks[int(c)] for c in elements if looks[int(c)].kink.any()}
     return found
 
@@ -677,6 +679,8 @@ def _at_kinks(product: np.ndarray, formula: np.ndarray, upstream: np.ndarray, lo
         return product
     product = product.copy()
     for c, look in looks.items():
+        if not np.isfinite(product[c]):  # left out (the differences' own noise there): not judged by a set either
+            continue
         low, high = look.bounds(upstream)
         member = min(max(formula[c], float(low)), float(high))
         if np.isfinite(member) and not abs(formula[c] - product[c]) <= abs(formula[c] - member):  # the truth's own value is a member too
@@ -714,12 +718,14 @@ def _second_look(function, inputs, entries, judged, tolerances):
             new_judged.append(judgement)
             continue
         looks = look_at_elements(function, inputs, i, elements.tolist(), tolerances.step)
+        fine = _looks_at_own_scale(function, inputs, i, elements, tolerances.step)
         scale = max(truth_scale(_truths(e.values)), tolerances.unit)
         excess = excess.copy()
         kinked, noisy = set(), set()
         forgiven["looks"][i] = {}
         for k in failing:
-            look, r, a = looks[int(e.cols[k])], int(e.rows[k]), e.values["analytic"][k]
+            r, a = int(e.rows[k]), e.values["analytic"][k]
+            look = _sharper(looks[int(e.cols[k])], fine.get(int(e.cols[k])), r)
             allowed = tolerances.atol * scale + tolerances.rtol * abs(look.central[r])
             if look.kink[r]:
                 low, high = (float(bound[r]) for bound in look.bounds())
@@ -730,11 +736,42 @@ def _second_look(function, inputs, entries, judged, tolerances):
             elif only_numerical[k] and abs(a - look.central[r]) <= allowed + 4 * (look.truncation[r] + look.rounding[r]):
                 excess[k] = -np.inf
                 noisy.add(int(e.cols[k]))
+            elif only_numerical[k] and look is not looks[int(e.cols[k])]:  # judged at the element's own scale: that is the truth shown
+                excess[k] = abs(a - look.central[r]) - allowed - 4 * (look.truncation[r] + look.rounding[r])
+                e.values["numerical"] = e.values["numerical"].copy()
+                e.values["numerical"][k] = look.central[r]
+                noisy.add(int(e.cols[k]))  # the probes leave it to its entries, judged here
         forgiven["kink"][i] = np.array(sorted(kinked), dtype=np.int64)
         forgiven["noise"][i] = np.array(sorted(noisy | kinked), dtype=np.int64)
         still = excess.max(initial=-np.inf) > 0
         new_judged.append(Judgement(excess, left_out, against if still else None))
     return new_judged, forgiven
+
+
+def _looks_at_own_scale(function, inputs, index: int, elements: np.ndarray, step: float) -> dict[int, ElementLook]:
+    """Each element smaller than 1 in magnitude (and not 0) looked at again with a step scaled to
+    it, h·|x|: a row of norm 1e-8 differenced at its own scale, where h alone would step across
+    the function's whole structure there (and make a smooth point look like a kink)."""
+    flat = inputs[index].detach().double().cpu().reshape(-1).numpy()
+    found = {}
+    for c in elements.tolist():
+        magnitude = abs(float(flat[c]))
+        if 0 < magnitude < 1:
+            found[c] = look_at_elements(function, inputs, index, [c], step * magnitude)[c]
+    return found
+
+
+def _sharper(base: ElementLook, fine: ElementLook | None, row: int) -> ElementLook:
+    """The look whose differences are the more precise at ``row``: the one at the element's own
+    scale where the plain step sees a kink (the nearer look tells whether there is one, and its
+    one-sided slopes are the kink's own), or where its own error (Richardson's truncation and the
+    rounding) is smaller."""
+    if fine is None:
+        return base
+    if base.kink[row]:
+        return fine
+    error = lambda look: look.truncation[row] + look.rounding[row]  # noqa: E731
+    return fine if not base.kink[row] and error(fine) < error(base) else base
 
 
 def _probe_truths(probe: Probe, index: int) -> dict[str, np.ndarray]:

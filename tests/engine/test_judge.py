@@ -263,3 +263,51 @@ def test_an_input_whose_whole_jacobian_is_rounding_is_not_judged_at_its_own_tiny
     wrong = check_gradients(lambda a, b: TinyCoupling.apply(a, b) * torch.cat([torch.ones(4), 1e17 * torch.ones(4)]).double(), (a, b),
                             conditions="none", training=0)
     assert not wrong.verdict.passed  # the same zero, where b's entries are 1, is a failure
+
+
+class RowNormalize(torch.autograd.Function):
+    """x / ‖x‖ along the last dim, right."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = x / x.norm(dim=-1, keepdim=True)
+        ctx.save_for_backward(x, y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        return (g - y * (g * y).sum(-1, keepdim=True)) / x.norm(dim=-1, keepdim=True)
+
+
+class RowNormalizeNoProjection(RowNormalize):
+    @staticmethod
+    def backward(ctx, g):
+        x, _ = ctx.saved_tensors
+        return g / x.norm(dim=-1, keepdim=True)  # the projection term forgotten
+
+
+def _tiny_rows() -> torch.Tensor:
+    x = torch.randn(6, 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    x[2:4] *= 1e-8 / x[2:4].norm(dim=-1, keepdim=True)  # two rows of norm 1e-8: a step of 1e-6 spans the whole function there
+    return x
+
+
+def test_finite_differences_at_each_elements_own_scale_judge_rows_far_smaller_than_the_step():
+    from gradient_lab.testing import check_gradients
+
+    right = check_gradients(RowNormalize, _tiny_rows(), conditions="none", training=0)  # no reference: differences are the truth
+    assert right.verdict.passed, right.verdict.summary
+    wrong = check_gradients(RowNormalizeNoProjection, _tiny_rows(), conditions="none", training=0)
+    assert not wrong.verdict.passed
+    found = wrong.verdict.found
+    assert found.element // 8 in (2, 3)  # worst in a tiny row, judged there
+    assert found.truth == pytest.approx(found.formula - _projection_term(found), rel=1e-3)  # the truth shown is the element's own
+
+
+def _projection_term(found) -> float:
+    x = _tiny_rows()
+    row, col = divmod(found.element, x.shape[1])
+    out_row, out_col = (int(i) for i in found.output.removeprefix("out[").removesuffix("]").split(", "))
+    y = x / x.norm(dim=-1, keepdim=True)
+    return float(y[row, out_col] * y[row, col] / x[row].norm())
