@@ -182,8 +182,9 @@ def truth_label(against: str, role: str = "reference") -> str:
 
 
 def tolerances_text(tolerances: Tolerances, against: str, scale: float = 1.0, role: str = "reference") -> str:
-    """The tolerance in words; atol is in units of the truth's largest |value| (``judge.truth_scale``)."""
-    atol = f"{tolerances.atol:g}" if scale == 1.0 else f"{tolerances.atol:g}×{scale:.3g} (its largest |value|)"
+    """The tolerance in words; atol is in units of the truth's scale (its largest |value|, ``judge.truth_scale``,
+    floored where that is rounding)."""
+    atol = f"{tolerances.atol:g}" if scale == 1.0 else f"{tolerances.atol:g}×{scale:.3g} (the truth's scale)"
     own_error = f", and {NOISE_FACTOR}× the differences' own error" if against == "numerical" else ""
     return f"{atol} + {tolerances.rtol:g}·|{truth_label(against, role)}|{own_error}"
 

@@ -382,7 +382,7 @@ def check_jacobian(
     if not partial:
         analytic = _backward(compressed_entries, function, inputs, patterns, colors, skip, shape, budget_bytes, graph=graph)
         entries = _entries(names, inputs, patterns, truths, analytic, skip, noises)
-        scales = _floored([truth_scale(_truths(e.values)) for e in entries])  # the truths' own: the same for both passes
+        scales = _floored([truth_scale(_truths(e.values)) for e in entries], graph[1], inputs)  # the truths' own: the same for both passes
         judged = [compare_entries(e.values["analytic"], _truths(e.values), tolerances, e.noises, scale) for e, scale in zip(entries, scales)]
         if any(j.failed for j in judged):  # a failure must hold with plain calls, not only under vmap
             analytic = _backward(compressed_entries, function, inputs, patterns, colors, skip, shape, budget_bytes, batched=False, graph=graph)
@@ -463,13 +463,26 @@ def check_jacobian(
 SCALE_FLOOR = 1e-8  # an input's unit of atol is at least this share of the largest input's: rounding, not a gradient, below it
 
 
-def _floored(scales: list[float]) -> list[float]:
-    """Each input's unit of atol (its truth's largest |value|), floored at ``SCALE_FLOOR`` of the
-    largest input's: an input whose whole Jacobian is rounding (attention weights that underflow
-    to 1e-17) is not judged at 1e-22, while rtol still holds each entry to its own size."""
+def _floored(scales: list[float], output: Tensor, inputs: Sequence[Tensor]) -> list[float]:
+    """Each input's unit of atol (its truth's largest |value|), floored where that Jacobian is
+    rounding: at ``SCALE_FLOOR`` of the largest input's (attention weights that underflow to 1e-17),
+    and at √eps·max|f| / max|x|, the size a gradient's rounding takes (the cosine of parallel
+    inputs, whose true gradient is 0, computed as 1e-17). rtol still holds each entry to its own size."""
     finite = [s for s in scales if np.isfinite(s)]
     floor = SCALE_FLOOR * max(finite, default=0.0)
-    return [max(s, floor) if np.isfinite(s) else s for s in scales]
+    f = _largest(output)
+    found = []
+    for s, x in zip(scales, inputs):
+        size = _largest(x)
+        own = math.sqrt(torch.finfo(x.dtype).eps) * f / size if size > 0 and x.is_floating_point() else 0.0
+        found.append(max(s, floor, own) if np.isfinite(s) else s)
+    return found
+
+
+def _largest(t: Tensor) -> float:
+    """The largest finite |value| of ``t`` (0 where there is none)."""
+    finite = t.detach()[torch.isfinite(t.detach())] if t.is_floating_point() else t.detach().double()
+    return float(finite.abs().max()) if finite.numel() else 0.0
 
 
 def _entries(names, inputs, patterns, truths: list[dict[str, np.ndarray]], analytic: list[np.ndarray], skip: np.ndarray,
@@ -799,8 +812,10 @@ def _worst_entry(entries: Sequence[InputEntries], judged, output_element: Callab
     _, e, k, against = worst
     evidence = tuple(_entries_evidence(entry, judgement, against, scale) for entry, judgement, scale
                      in zip(entries, judged, scales or [None] * len(entries)))
+    index = next(i for i, entry in enumerate(entries) if entry is e)
+    scale = scales[index] if index < len(scales) and scales[index] is not None else truth_scale(_truths(e.values))
     return Finding("entry", e.name, e.shape, int(e.cols[k]), float(e.values["analytic"][k]), float(e.values[against][k]), against, role,
-                   output=output_element(int(e.rows[k])), tolerances=tolerances, scale=truth_scale(_truths(e.values)), evidence=evidence)
+                   output=output_element(int(e.rows[k])), tolerances=tolerances, scale=scale, evidence=evidence)
 
 
 def _entries_evidence(e: InputEntries, judgement: Judgement, against: str, scale: float | None) -> Evidence:
