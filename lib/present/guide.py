@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 PRESENT = "present"  # the link parameter (and the sidebar's toggle) that turns the presentation setting on
+STORY = "story"  # the link parameter that names the step of the story a page is showing (its banner)
 
 
 @dataclass(frozen=True)
@@ -23,12 +24,23 @@ class Step:
 
     def query_params(self, present: bool = False) -> dict[str, str | list[str]]:
         params = {key: list(value) if isinstance(value, tuple) else value for key, value in self.query}
+        params[STORY] = str(TUTORIAL.index(self) + 1)
         return {**params, PRESENT: "true"} if present else params
 
 
+def story_step(number: str | None, page: str) -> tuple[int, Step] | None:
+    """The step a link's ``story`` parameter names, where ``page`` is that step's page."""
+    if number is None or not number.isdigit() or not 1 <= int(number) <= len(TUTORIAL):
+        return None
+    step = TUTORIAL[int(number) - 1]
+    return (int(number), step) if step.page == page else None
+
+
 TUTORIAL = (
-    Step("1. Flipped sign", "The tutorial's arrows point uphill, against the corrected formula's: its gradient has the wrong sign.",
-         "pages/2_Gradient_field.py", (("family", "cosine"), ("formulas_cosine", ("tutorial", "corrected")))),
+    Step("1. Flipped sign", "On one row's own plane (two features), the tutorial's arrows point uphill, against the corrected "
+         "formula's: its gradient has the wrong sign.",
+         "pages/2_Gradient_field.py", (("family", "cosine"), ("formulas_cosine", ("tutorial", "corrected")), ("rows", "1"),
+                                       ("features", "2"))),
     Step("2. Training climbs", "Followed downhill, the tutorial's gradient makes the loss rise while the corrected one's falls.",
          "pages/5_Training.py", (("family", "cosine"), ("formulas_cosine", ("tutorial", "corrected")))),
     Step("3. Missing norm", "With the sign fixed, the gradient still lacks its normalisation 1/(‖x1‖·‖x2‖): hidden near unit norm, "

@@ -17,7 +17,7 @@ from ..engine.pipeline import UPSTREAMS
 from ..app.devices import DEVICES, device_problem
 from ..app.family import Family, families
 from ..explore.perturb import ALIGNMENTS, INJECTIONS, Perturbation
-from ..present.guide import PRESENT
+from ..present.guide import PRESENT, STORY, TUTORIAL, story_step
 
 MAX_ROWS, MAX_FEATURES, MAX_DEPTH = 4096, 4096, 64
 URL = "query-params"
@@ -47,6 +47,20 @@ _CURRENT_PAGE = "_current_page"  # session state: the page the last run drew
 _LAST_CASE = "_last_case"  # session state: the case as the last run's address held it
 _RETRIED = "_retried"  # session state: this page was just opened once more to restore its address
 _DROPPED = "_dropped"  # session state: numbers of the link that no widget could take
+_OPENING = "_opening"  # session state: (page, query) a button asked to open, before any widget binds the address
+
+
+def open_case(page: str, query: dict[str, str | list[str]]) -> None:
+    """A button's callback: open ``page`` at exactly the case ``query`` gives (defaults for the
+    rest), as its pasted link would. The sidebar's widgets forget their values, so that the
+    address sets them, and the switch happens at the next run's start, before any widget binds
+    the address: on the way out the old page's widgets still bind it, so the page is opened first
+    and takes the case there (Streamlit refuses to set a bound parameter, and a clicked page_link
+    drops them)."""
+    for key in [*st.session_state.get(_LAST_CASE, {}), *query]:
+        st.session_state.pop(key, None)
+    st.session_state[_LAST_CASE] = {key: value if isinstance(value, list) else [value] for key, value in query.items()}
+    st.session_state[_OPENING] = (page, query)
 
 
 def page_setup(page: str, title: str, explanation: str) -> Case:
@@ -55,6 +69,13 @@ def page_setup(page: str, title: str, explanation: str) -> Case:
     presenting = st.query_params.get(PRESENT) == "true"  # read before any widget: it sets up the page itself
     st.set_page_config(page_title=f"{title} · Gradient Lab", page_icon="∇", layout="wide",
                        initial_sidebar_state="collapsed" if presenting else "auto")
+    opening = st.session_state.get(_OPENING)
+    if opening is not None:  # leave for the page first (its address then binds nothing), and there take the case
+        target, query = opening
+        if page != target:
+            st.switch_page(target)
+        del st.session_state[_OPENING]
+        st.switch_page(target, query_params=query)
     if presenting:
         st.html(PRESENTATION_STYLE)
     st.title(title)
@@ -68,12 +89,13 @@ def page_setup(page: str, title: str, explanation: str) -> Case:
     with st.sidebar:
         navigation = st.container()
         case = sidebar_case()
-    st.session_state[_LAST_CASE] = {k: v for k, v in _query().items() if not k.startswith(PAGE_PREFIXES)}
+    st.session_state[_LAST_CASE] = {k: v for k, v in _query().items() if not k.startswith(PAGE_PREFIXES) and k != STORY}
     with navigation:
         draw_navigation()
     notes = link_notes(link)
     if notes:
         st.info("Ignored from the link: " + "; ".join(notes) + ".", icon="🔗")
+    story_banner(page)
     return case
 
 
@@ -127,7 +149,7 @@ def remember_page_settings(page: str) -> None:
 def page_query(page: str) -> dict[str, list[str]]:
     """The address of ``page`` from here: the case (every sidebar setting in the URL) and the
     page's own settings from the last visit in this session."""
-    case = {k: v for k, v in _query().items() if not k.startswith(PAGE_PREFIXES)}
+    case = {k: v for k, v in _query().items() if not k.startswith(PAGE_PREFIXES) and k != STORY}  # a step's banner stays on its page
     return {**case, **st.session_state.get(_PAGE_SETTINGS, {}).get(page, {})}
 
 
@@ -150,6 +172,8 @@ def link_notes(link: dict[str, str]) -> list[str]:
 
     notes = []
     for key, value in link.items():
+        if key == STORY:
+            continue
         if key not in st.session_state and not key.startswith(PAGE_PREFIXES):
             notes.append(f"{shown(key)} is not a setting of Gradient Lab")
         elif key in st.session_state and key not in st.query_params and _url_form(st.session_state[key]) != value:
@@ -170,7 +194,8 @@ def restore_address(page: str) -> None:
     if st.session_state.pop(_RETRIED, False) or all(key in st.query_params for key in last):
         return
     st.session_state[_RETRIED] = True
-    st.switch_page(page, query_params={**last, **st.session_state.get(_PAGE_SETTINGS, {}).get(page, {})})
+    own = st.session_state.get(_PAGE_SETTINGS, {}).get(page, {})
+    st.switch_page(page, query_params={**last, **own, **_query()})  # what the address itself asks for wins (a Start-here step's case)
 
 
 def sidebar_case() -> Case:
@@ -250,3 +275,22 @@ def perturbation_controls(family: Family) -> Perturbation:
         inject=st.selectbox(f"Inject into {first}", INJECTIONS, key="inject", bind=URL),
         inject_count=st.number_input("… at how many elements", 1, 1000, 1, key="inject_count", bind=URL),
     )
+
+
+def story_banner(page: str) -> None:
+    """Where a Start-here step opened this page: which step of the four, what to look at, and the
+    next one."""
+    found = story_step(st.query_params.get(STORY), page)
+    if found is None:
+        return
+    number, step = found
+    presenting = st.query_params.get(PRESENT) == "true"
+    with st.container(border=True, key="story_banner"):
+        words, after = st.columns([4, 1], vertical_alignment="center")
+        words.markdown(f":material/school: **Step {number} of {len(TUTORIAL)}: {step.title.split('. ', 1)[1]}.** {step.what_to_see}")
+        if number < len(TUTORIAL):
+            following = TUTORIAL[number]
+            after.button("Next step", key="story_next", icon=":material/arrow_forward:", type="tertiary", help=following.title,
+                         on_click=open_case, args=(following.page, following.query_params(presenting)))
+        else:
+            after.page_link("app.py", label="Back to Home", icon=":material/home:")

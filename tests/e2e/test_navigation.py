@@ -69,3 +69,33 @@ def test_the_navigation_names_every_page(page, app_url):
     paths = ["/" + urlsplit(link.get_attribute("href")).path.lstrip("/") for link in sidebar.get_by_role("link").all()]
     assert paths == [harness.PAGES[name] for name in harness.NAV_LABELS]
     assert page.locator("[data-testid='stSidebarNav']").count() == 0  # Streamlit's own links (with "app") are hidden
+
+
+def _shown_story(page) -> dict:
+    """What a page shows of the story: its address's case, the formulas picked, the banner's words and each card's verdict."""
+    return {"case": {k: v for k, v in harness.query_of(page.url).items()},
+            "formulas": [t for t in page.locator(".st-key-formulas_cosine").inner_text().splitlines()[1:] if t.strip()],
+            "banner": page.locator(".st-key-story_banner").inner_text()}
+
+
+def test_each_start_here_step_clicked_from_home_shows_what_its_pasted_link_shows(page, app_url):
+    from gradient_lab.present.guide import TUTORIAL
+
+    for number, step in enumerate(TUTORIAL, 1):
+        page.goto(app_url)
+        harness.wait_idle(page)
+        page.locator(".st-key-start_here").get_by_role("button", name=step.title).click()
+        path = "/" + step.page.split("/")[-1].removesuffix(".py").split("_", 1)[1]
+        page.wait_for_function("p => window.location.pathname === p && window.location.search.includes('story=')", arg=path)
+        harness.wait_idle(page)
+        clicked = _shown_story(page)
+        assert clicked["case"]["story"] == str(number) and f"Step {number} of {len(TUTORIAL)}" in clicked["banner"]
+        assert clicked["formulas"] == list(dict(step.query)["formulas_cosine"]), step.title
+        assert harness.errors(page) == [], step.title
+        pasted = harness.new_page(page.context.browser)  # a session of its own, as a link pasted elsewhere
+        try:
+            pasted.goto(page.url)
+            harness.wait_idle(pasted)
+            assert _shown_story(pasted) == clicked, step.title
+        finally:
+            pasted.context.close()
