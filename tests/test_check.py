@@ -283,3 +283,12 @@ def test_a_formula_that_does_not_fit_its_reference_is_refused_alone_with_the_rea
         results = {r.formula: r for r in cli.check_module(module)}
     assert results["thrice"].outcome == "error" and "gives 3 output(s), the reference 2" in results["thrice"].summary
     assert results["twice"].outcome == "pass" and results["twice"].status == "ok"
+
+
+def test_a_correct_first_order_function_exits_0_and_the_same_declared_twice_differentiable_exits_1(capsys):
+    module = str(ROOT / "tests" / "specimens" / "modules" / "first_order_only.py")
+    assert cli.main(["check", module, "--family", "cube in numpy", "--format", "json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["formulas"]
+    assert row["report"]["second order"]["outcome"] == "first order only" and row["status"] == "ok"
+    assert cli.main(["check", module, "--family", "cube in numpy, order 2"]) == 1
+    assert "not differentiable" in capsys.readouterr().out

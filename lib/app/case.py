@@ -53,7 +53,7 @@ class Case:
         return CheckOptions(order=self.declared_order(), conditions=self.conditions, seed=self.seed, upstream=self.upstream, step=self.step,
                             atol=self.atol, rtol=self.rtol, batch_invariant=self.get_family().batch_invariant)
 
-    def declared_order(self) -> int:
+    def declared_order(self) -> int | None:
         return self.order if self.order is not None else self.get_family().order
 
     def torch_dtype(self) -> torch.dtype:

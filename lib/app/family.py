@@ -62,7 +62,9 @@ class Family:
     # plain torch ops whose autograd gradient is the *intended* one (a straight-through estimator, a
     # gradient reversal): then it, not the derivative of forward, is the truth; None: the reference is
     surrogate: Callable[..., Any] | None = None
-    order: int = 2  # how many times the formulas are meant to be differentiable: 1 leaves the second order unchecked
+    # how many times the formulas are meant to be differentiable: 1 leaves the second order unchecked, 2 asks for it; None (not
+    # declared): checked where the backward can be differentiated again, "first order only" (neutral) where it cannot
+    order: int | None = None
     module: str = ""  # the module whose import declares the family ("" where it is declared otherwise, inside a function)
     batch_invariant: bool = True  # False: a row's gradient depends on the other rows by design (batch norm); not flagged
     # per input, the dim that is a batch (None: not batched, kept whole), as torch.func.vmap's in_dims; None: inferred
@@ -195,7 +197,7 @@ def declare(
     outputs: tuple[str, ...] = (),
     constants: tuple[str, ...] = (),
     surrogate: Callable[..., Tensor] | None = None,
-    order: int = 2,
+    order: int | None = None,
     batch_invariant: bool = True,
     batch_dims: Sequence[int | None] | None = None,
     title: str | None = None,
@@ -217,12 +219,14 @@ def declare(
     straight-through round, a gradient reversal), plain torch ops with the same forward whose
     autograd gradient is the intended one, e.g. ``lambda x: x + (torch.round(x) - x).detach()``;
     it is then the truth. ``order=1``: the formulas are meant to be differentiated once (as with
-    ``@once_differentiable``); the second order is not checked. ``batch_dims``: per input, the dim
+    ``@once_differentiable``); the second order is not checked. ``order=2``: they must be differentiable
+    twice, and a backward that cannot be differentiated again fails. Undeclared (None), the double
+    backward is checked where it runs, and one that cannot run is "first order only", neutral. ``batch_dims``: per input, the dim
     that is a batch or None (a parameter such as a bias, kept whole), as ``torch.func.vmap``'s
     ``in_dims``: what the empty-batch and one-row conditions cut; by default, inferred.
     """
-    if order not in (1, 2):
-        raise ValueError(f"order must be 1 or 2, not {order!r}")
+    if order not in (1, 2, None):
+        raise ValueError(f"order must be 1 or 2 (or None, not declared), not {order!r}")
     def as_callable(f):
         return positional_apply(f) if isinstance(f, type) and issubclass(f, torch.autograd.Function) else f
 

@@ -20,7 +20,9 @@ TRAINING_STEPS = 20  # the "does it train" stage's optimizer steps
 class CheckOptions:
     """Everything a check can be asked, with its default. Frozen and hashable: a cache's key."""
 
-    order: int = 1  # 2: the double backward is checked too (as gradgradcheck); 1, as gradcheck, leaves it
+    # 2: the double backward is checked too (as gradgradcheck); 1, as gradcheck, leaves it; None: checked where it can be, a
+    # backward that cannot be differentiated again being "first order only" (neutral), as nobody asked for order 2
+    order: int | None = 1
     conditions: str = "default"  # which conditions the verdict also runs under (``conditions.CONDITION_SETS``); "none"
     parity: str | tuple[str, ...] | None = None  # ways of running it (``parity.PARITY_SETS`` or path keys); None: not run (it compiles)
     determinism: int = 0  # runs of the backward, bitwise; 0: not run
@@ -40,9 +42,14 @@ class CheckOptions:
     unit: float = 0.0  # a floor under atol's unit (``Tolerances.unit``): a condition's changed case, judged in the plain one's
     diagnose: bool = True  # False: no diagnosis (a condition's check where the plain verdict has one already)
 
+    @property
+    def differentiations(self) -> int:
+        """How many times the formula is differentiated: 2 unless order is 1."""
+        return 1 if self.order == 1 else 2
+
     def __post_init__(self) -> None:
-        if self.order not in (1, 2):
-            raise ValueError(f"order must be 1 or 2, not {self.order!r}")
+        if self.order not in (1, 2, None):
+            raise ValueError(f"order must be 1, 2 or None, not {self.order!r}")
         if self.provenance not in PROVENANCE:
             raise ValueError(f"provenance must be one of {', '.join(PROVENANCE)}, not {self.provenance!r}")
         if isinstance(self.parity, list):  # a list is not hashable: the same paths as a tuple

@@ -44,9 +44,13 @@ from .signature import name_element
 from .tolerances import Tolerances
 
 Tensor = torch.Tensor
-OUTCOMES = ("pass", "fail", "not differentiable", "by design", "not checked")
-FAILING = ("fail", "not differentiable")  # the outcomes that fail a formula: "by design" and "not checked" do not
-LEADS = {"pass": "passes", "fail": "fails", "by design": "not differentiable twice by design", "not checked": "not checked"}
+OUTCOMES = ("pass", "fail", "not differentiable", "first order only", "by design", "not checked")
+FAILING = ("fail", "not differentiable")  # the outcomes that fail a formula: the others do not
+LEADS = {"pass": "passes", "fail": "fails", "by design": "not differentiable twice by design", "not checked": "not checked",
+         "first order only": "first order only"}
+# where nobody asked for order 2, a backward that cannot be differentiated again is said so, with what to declare
+FIRST_ORDER_ONLY = ("its backward cannot be differentiated again ({why}); that is fine for most Functions: declare order=1 or mark "
+                    "the backward @once_differentiable to say so, or ask for order=2 to make it a failure")
 LABELS = ("the loss's", "the random uᵀy's")  # the two products, in order
 ONCE = "once_differentiable"  # in the error a backward marked with it raises when differentiated
 
@@ -169,14 +173,21 @@ def check_second_order(
     first_order_passed: bool,
     seed: int = 0,
     names: Sequence[str] | None = None,
-    declared_order: int = 2,
+    declared_order: int | None = 2,
     role: str = "reference",
 ) -> SecondOrderVerdict:
     """The formula's double backward against the truth, by two Hessian-vector products; with
-    ``declared_order`` 1 (differentiable once, as its author says), nothing is run. ``role``: what
-    the reference is (``judge.ROLES``), for the words."""
-    if declared_order < 1:
+    ``declared_order`` 1 (differentiable once, as its author says), nothing is run; None (not
+    declared): a backward that cannot be differentiated again is "first order only", not a
+    failure. ``role``: what the reference is (``judge.ROLES``), for the words."""
+    if declared_order is not None and declared_order < 1:
         raise ValueError(f"declared_order must be 1 or more, not {declared_order!r}")
+    lenient = declared_order is None
+
+    def cannot(why: str, text: str) -> SecondOrderVerdict:
+        return (SecondOrderVerdict("first order only", FIRST_ORDER_ONLY.format(why=why), {}) if lenient else
+                SecondOrderVerdict("not differentiable", text, {}))
+
     if declared_order == 1:
         return SecondOrderVerdict("not checked", f"declared differentiable once (order={declared_order})", {})
     if marked_once(function, inputs):
@@ -197,7 +208,7 @@ def check_second_order(
             unrecorded |= not recorded
             products["differences of its gradient"].append(gradient_differences(function, inputs, functional, direction, tolerances.step))
     except NotDifferentiable as error:
-        return SecondOrderVerdict("not differentiable", f"backward is not differentiable: double backward raised {error}", {})
+        return cannot(f"double backward raised {error}", f"backward is not differentiable: double backward raised {error}")
     lacking = ""  # the reference's own double backward raised: its failure, never the formula's
     if reference is not None:
         try:
@@ -223,8 +234,9 @@ def check_second_order(
     agreement = _agree(mine, truth, tolerances, look)
     finding = agreement.finding(where)
     if finding is not None and unrecorded:
-        return SecondOrderVerdict("not differentiable", "backward is not differentiable: its gradient carries no autograd graph "
-                                  f"(it detaches, or leaves torch), so double backward gives 0 where the truth does not ({finding})", kept)
+        return cannot("its gradient carries no autograd graph: it detaches, or leaves torch",
+                      "backward is not differentiable: its gradient carries no autograd graph "
+                      f"(it detaches, or leaves torch), so double backward gives 0 where the truth does not ({finding})")
     left_out = agreement.left_out_text(where)
     if finding is None:
         return SecondOrderVerdict("pass", f"double backward agrees with {truth_name} on {what}{left_out}", kept, agreement.left_out)

@@ -137,7 +137,7 @@ class Parity:
 
     def run(self, first: FirstOrder, options: CheckOptions, earlier: Earlier):
         return check_parity(first.checked, first.tolerances, first.jacobian, first.plans, which=options.parity, seed=options.seed,
-                            budget_bytes=options.budget_bytes, order=options.order)
+                            budget_bytes=options.budget_bytes, order=options.differentiations)
 
 
 class Precision:
@@ -192,8 +192,10 @@ class Provenance:
     def run(self, first: FirstOrder, options: CheckOptions, earlier: Earlier):
         precision = earlier.get("precision")
         if precision is not None and any(r.first_non_finite >= 0 for r in precision.judged):
-            return trace_non_finite(first.problem.function, first.problem.inputs, first.upstream, order=options.order, seed=options.seed)
-        return trace_non_finite(first.checked.function, first.checked.inputs, first.evaluation.upstream, order=options.order, seed=options.seed)
+            return trace_non_finite(first.problem.function, first.problem.inputs, first.upstream, order=options.differentiations,
+                                    seed=options.seed)
+        return trace_non_finite(first.checked.function, first.checked.inputs, first.evaluation.upstream, order=options.differentiations,
+                                seed=options.seed)
 
 
 class Determinism:

@@ -7,6 +7,7 @@ import streamlit as st
 # colour and an icon: a verdict reads without telling red from green
 BADGES = {"pass": ":green-badge[:material/check: pass]", "fail": ":red-badge[:material/close: fail]",
           "no verdict": ":orange-badge[:material/help: no verdict]", "not differentiable": ":red-badge[:material/close: not differentiable]",
+          "first order only": ":gray-badge[:material/looks_one: first order only]",
           "not checked": ":gray-badge[:material/remove: not checked]", "by design": ":blue-badge[:material/info: by design]",
           "as plain": ":gray-badge[:material/remove: as without]", "not applicable": ":gray-badge[:material/remove: not applicable]",
           "raises": ":red-badge[:material/close: raises]", "hides it": ":orange-badge[:material/visibility_off: hides it]"}

@@ -143,3 +143,13 @@ def test_each_card_says_which_conditions_its_formula_fails_under(monkeypatch):
     assert ":red-badge" in strided and r"grad\_output is expanded" in strided  # markdown-escaped
     assert ":green-badge" in right and "Holds under all" in right
     assert headlines(at)[0].startswith("Raises UnboundLocalError in backward when only")
+
+
+def test_a_correct_first_order_function_is_neutral_not_red(monkeypatch):
+    from pathlib import Path
+
+    monkeypatch.setenv("GRADIENT_LAB_FUNCTIONS", str(Path(__file__).parents[1] / "specimens" / "modules" / "first_order_only.py"))
+    at = app(family="cube in numpy")
+    assert not at.exception
+    badges = [m.value for m in at.markdown if "badge[" in m.value and "order" in m.value]
+    assert badges and all("first order only" in b and "red-badge" not in b for b in badges), badges
