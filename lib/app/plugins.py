@@ -14,7 +14,7 @@ import importlib.util
 import os
 import sys
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -28,6 +28,8 @@ class LoadResult:
     source: str
     families: tuple[str, ...]  # the families the module declared
     error: str | None  # Python's message when it failed, in one paragraph
+    digest: str = ""  # the module file's content when it was loaded: an edit shows as another digest
+    reloaded: bool = False  # loaded again because its file changed since the last load
 
 
 def requested_sources(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> list[str]:
@@ -63,18 +65,37 @@ def _import(source: str):
         return module
     if os.getcwd() not in sys.path:  # where the server was started: the user's package lives there
         sys.path.append(os.getcwd())
+    if source in sys.modules:  # loaded before and changed since: its new code
+        return importlib.reload(sys.modules[source])
     return importlib.import_module(source)
+
+
+def source_digest(source: str) -> str:
+    """The content of the file ``source`` names (a path, or a dotted module's file), hashed; "" where
+    there is none to read."""
+    path = Path(source).expanduser()
+    if not (source.endswith(".py") or path.is_file()):
+        try:
+            spec = importlib.util.find_spec(source)
+        except (ImportError, ValueError):
+            return ""
+        path = Path(spec.origin) if spec is not None and spec.origin else None
+    try:
+        return hashlib.sha1(path.read_bytes()).hexdigest() if path is not None else ""
+    except OSError:
+        return ""
 
 
 def load(source: str) -> LoadResult:
     """Import one source and report the families it declared; never raises."""
+    digest = source_digest(source)
     before = {name: id(f) for name, f in families().items()}
     try:
         module = _import(source)
     except BaseException as error:  # noqa: BLE001 - a user's module may raise anything, SystemExit included
         frame = traceback.extract_tb(error.__traceback__)[-1] if error.__traceback__ else None
         where = f" ({Path(frame.filename).name}, line {frame.lineno})" if frame else ""
-        return LoadResult(source, (), f"{type(error).__name__}: {error}{where}")
+        return LoadResult(source, (), f"{type(error).__name__}: {error}{where}", digest)
     for value in vars(module).values():  # Family objects made but not registered: register them
         if isinstance(value, Family) and families().get(value.name) is not value:
             register(value)
@@ -83,16 +104,23 @@ def load(source: str) -> LoadResult:
                 register(family)
     declared = tuple(name for name, f in families().items() if before.get(name) != id(f))
     if not declared:
-        return LoadResult(source, (), "it declares no family: call gradient_lab.declare(...) in the module (see examples/).")
-    return LoadResult(source, declared, None)
+        return LoadResult(source, (), "it declares no family: call gradient_lab.declare(...) in the module (see examples/).", digest)
+    return LoadResult(source, declared, None, digest)
 
 
 _LOADED: dict[str, LoadResult] = {}
 
 
 def ensure_loaded(sources: Sequence[str] | None = None) -> list[LoadResult]:
-    """Load every requested source once per process; the results of all of them."""
+    """Load every requested source once, and again whenever its file's content has changed (a user
+    who fixed their backward sees the fix on the next rerun); the results of all of them, a source
+    loaded again marked ``reloaded`` (its families are new objects: results kept for the old ones
+    do not apply)."""
     for source in requested_sources() if sources is None else sources:
         if source not in _LOADED:
             _LOADED[source] = load(source)
+        elif _LOADED[source].digest and source_digest(source) not in ("", _LOADED[source].digest):
+            _LOADED[source] = replace(load(source), reloaded=True)
+        elif _LOADED[source].reloaded:
+            _LOADED[source] = replace(_LOADED[source], reloaded=False)  # said once
     return list(_LOADED.values())

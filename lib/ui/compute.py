@@ -130,6 +130,13 @@ def cached(fn: Callable[..., Any]) -> Callable[..., Any]:
     return _CACHED[fn]
 
 
+def forget_all() -> None:
+    """Drop every cached result (a user's module changed: results computed with its old code do not apply)."""
+    for call in _CACHED.values():
+        call.clear()
+    _LEDGER.clear()
+
+
 def cached_bytes() -> int:
     """The bytes the cached results take together, as counted when they were stored."""
     return _LEDGER.total

@@ -18,6 +18,7 @@ from ..app.devices import DEVICES, device_problem
 from ..app.family import Family, families
 from ..explore.perturb import ALIGNMENTS, INJECTIONS, Perturbation
 from ..present.guide import PRESENT, STORY, TUTORIAL, story_step
+from .compute import forget_all
 
 MAX_ROWS, MAX_FEATURES, MAX_DEPTH = 4096, 4096, 64
 URL = "query-params"
@@ -199,7 +200,11 @@ def restore_address(page: str) -> None:
 
 
 def sidebar_case() -> Case:
-    for result in plugins.ensure_loaded():  # the server's own --functions / GRADIENT_LAB_FUNCTIONS
+    for result in plugins.ensure_loaded():  # the server's own --functions / GRADIENT_LAB_FUNCTIONS, again where edited
+        if result.reloaded:
+            forget_all()
+            st.toast(f"Reloaded your functions from `{result.source}`: its file changed, so every verdict is computed afresh.",
+                     icon=":material/refresh:")
         if result.error:
             st.error(f"Could not load your functions from `{result.source}`: {result.error}", icon="⚠️")
     known = families()

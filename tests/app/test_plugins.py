@@ -95,3 +95,51 @@ def test_the_shipped_clamp_sits_on_its_kinks_and_passes_there_while_its_leak_is_
     assert right.verdict.passed and right.input("x").kinks.size == on_bounds > 0, right.verdict.summary
     wrong = compare_gradients(family, "leaks outside", inputs)
     assert "wrong only where 1 < |x| ≤ 2" in wrong.verdict.summary
+
+
+MODULE = '''
+import torch
+from gradient_lab import declare
+
+
+class Square(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return {factor} * x * g
+
+
+declare("edited square", formulas={{"square": Square}}, correct=("square",), reference=lambda x: x * x)
+'''
+
+
+def test_an_edited_module_is_loaded_again_and_its_new_code_is_checked(tmp_path):
+    import torch
+
+    from gradient_lab.app import plugins
+    from gradient_lab.app.family import families
+    from gradient_lab.testing import check_gradients
+    from tests.registry import families_kept
+
+    path = tmp_path / "edited_square.py"
+    path.write_text(MODULE.format(factor=1))  # the bug: 1 where 2 belongs
+    source = str(path)
+    with families_kept():
+        try:
+            (first,) = plugins.ensure_loaded([source])
+            x = torch.randn(3, 4, dtype=torch.float64)
+            assert not first.reloaded and not check_gradients(families()["edited square"].formula("square").function, x,
+                                                               reference=lambda x: x * x, conditions="none", training=0).verdict.passed
+            assert not plugins.ensure_loaded([source])[0].reloaded  # unchanged: not loaded again
+            path.write_text(MODULE.format(factor=2))  # fixed
+            (again,) = plugins.ensure_loaded([source])
+            assert again.reloaded and again.digest != first.digest
+            assert check_gradients(families()["edited square"].formula("square").function, x, reference=lambda x: x * x,
+                                   conditions="none", training=0).verdict.passed
+        finally:
+            plugins._LOADED.pop(source, None)

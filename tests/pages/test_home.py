@@ -148,8 +148,43 @@ def test_each_card_says_which_conditions_its_formula_fails_under(monkeypatch):
 def test_a_correct_first_order_function_is_neutral_not_red(monkeypatch):
     from pathlib import Path
 
-    monkeypatch.setenv("GRADIENT_LAB_FUNCTIONS", str(Path(__file__).parents[1] / "specimens" / "modules" / "first_order_only.py"))
-    at = app(family="cube in numpy")
+    from gradient_lab.app import plugins
+    from tests.registry import families_kept
+
+    module = str(Path(__file__).parents[1] / "specimens" / "modules" / "first_order_only.py")
+    monkeypatch.setenv("GRADIENT_LAB_FUNCTIONS", module)
+    with families_kept():
+        at = app(family="cube in numpy")
+        plugins._LOADED.pop(module, None)
     assert not at.exception
     badges = [m.value for m in at.markdown if "badge[" in m.value and "order" in m.value]
     assert badges and all("first order only" in b and "red-badge" not in b for b in badges), badges
+
+
+def test_editing_a_loaded_module_changes_the_next_verdict(monkeypatch, tmp_path):
+    from tests.app.test_plugins import MODULE
+
+    path = tmp_path / "edited_on_home.py"
+    path.write_text(MODULE.format(factor=1))
+    monkeypatch.setenv("GRADIENT_LAB_FUNCTIONS", str(path))
+    from tests.registry import families_kept
+
+    with families_kept():
+        _check_the_edit(path)
+
+
+def _check_the_edit(path) -> None:
+    from gradient_lab.app import plugins
+    from tests.app.test_plugins import MODULE
+
+    try:
+        at = app(family="edited square")
+        assert not at.exception and any("fail" in m.value and "square" in m.value for m in at.markdown if "badge[" in m.value)
+        path.write_text(MODULE.format(factor=2))  # the user fixes the backward; the server is not restarted
+        at.run()
+        assert not at.exception
+        cards = [m.value for m in at.markdown if "badge[" in m.value and "square" in m.value]
+        assert cards and all(":material/close: fail" not in c for c in cards), cards
+        assert any("Reloaded your functions" in t.value for t in at.toast)
+    finally:
+        plugins._LOADED.pop(str(path), None)
