@@ -23,6 +23,12 @@ def outcome(run: Trajectory) -> tuple[str, str]:
     if run.problem:
         return "raised", f"raised at step {_first_missing_step(run)}, so it stopped: {run.problem}"
     change = run.loss_change
+    cosines = run.gradient_cosine[np.isfinite(run.gradient_cosine)]
+    uphill = cosines.size and float(np.median(cosines)) < 0  # the gradient followed points away from the true one
+    if uphill and (change > 0 or run.diverged_at is not None):  # the cause is the direction, not the step: a smaller one climbs too
+        end = f" until it blows up at step {run.diverged_at}" if run.diverged_at is not None else ""
+        return "climbs", (f"the loss goes up{f' by {change:.3g}' if math.isfinite(change) and change > 0 else ''}{end}: its gradient "
+                          f"points uphill (median cosine to the true gradient {float(np.median(cosines)):.2f}), so every step climbs")
     if run.diverged_at is not None:
         before = f" (the loss had gone {'up' if change > 0 else 'down'} by {abs(change):.3g})" if math.isfinite(change) and change else ""
         return "diverged", (f"diverged at step {run.diverged_at}{before}: its loss, gradient or input stopped being finite "

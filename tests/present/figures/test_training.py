@@ -24,7 +24,10 @@ def runs(*trajectories):
 def test_each_outcome_in_words():
     assert outcome(run("c", [1.0, 0.5, 0.2, 0.1, 0.05])) == ("descends", "the loss goes down by 0.95")
     status, words = outcome(run("t", [1.0, 1.2, 1.5, 1.7, 1.9], cosine=-1.0))
-    assert status == "climbs" and "goes up by 0.9" in words and "climbs instead of descending" in words
+    assert status == "climbs" and "goes up by 0.9" in words and "points uphill" in words
+    # uphill until it blows up: the direction is the cause, not the step (no "smaller learning rate")
+    status, words = outcome(run("t", [1.0, 1.5, 3.0, np.nan, np.nan], diverged=2, cosine=-1.0))
+    assert status == "climbs" and "blows up at step 2" in words and "learning rate" not in words
     status, words = outcome(run("t", [1.0, 1.5, 3.0, np.nan, np.nan], diverged=2))
     assert status == "diverged" and "diverged at step 2" in words and "gone up by 2" in words and "smaller learning rate" in words
     status, words = outcome(run("t", [1.0, 1.0, 1.0, np.nan, np.nan], problem="RuntimeError: sizes"))
