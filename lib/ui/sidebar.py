@@ -177,6 +177,8 @@ def link_notes(link: dict[str, str]) -> list[str]:
             continue
         if key not in st.session_state and not key.startswith(PAGE_PREFIXES):
             notes.append(f"{shown(key)} is not a setting of Gradient Lab")
+        elif key == "device" and value and device_problem(value):  # an absent device: said once, and the page runs on the CPU
+            notes.append(f"{shown(key)}={shown(value)}: {device_problem(value).rstrip('.')}, so it runs on the CPU")
         elif key in st.session_state and key not in st.query_params and _url_form(st.session_state[key]) != value:
             notes.append(f"{shown(key)}={shown(value)} is not a valid value here")
     return notes
@@ -230,10 +232,12 @@ def sidebar_case() -> Case:
     st.subheader("Numbers")
     dtype = st.selectbox("dtype", list(DTYPES), key="dtype", bind=URL, help="float64 for checking correctness; lower precisions are perturbations to look at.")
     # plain option labels: the URL carries the label, so it must not depend on this machine
-    device = st.selectbox("Device", list(DEVICES), key="device", bind=URL,
-                          help=" · ".join(f"{d}: {device_problem(d) or 'available'}" for d in DEVICES))
-    if device_problem(device):
-        st.caption(f"⚠ {device} is unavailable here: {device_problem(device)}")
+    usable = [d for d in DEVICES if not device_problem(d)]  # an absent device is said once, never offered
+    absent = [d for d in DEVICES if device_problem(d)]
+    device = st.selectbox("Device", usable, key="device", bind=URL,
+                          help="Absent here: " + " · ".join(f"{d} ({device_problem(d)})" for d in absent) if absent else None)
+    if absent:
+        st.caption(f"Not on this machine: {', '.join(d.upper() if d != 'mps' else 'MPS' for d in absent)}.")
     seed = st.number_input("Seed", 0, 2**31 - 1, 0, key="seed", bind=URL)
     upstream = st.selectbox("Upstream gradient (drawn)", UPSTREAMS, key="upstream", bind=URL,
                             help="What the drawn gradients are the product of: the loss's gradient (what training sees), all ones, "

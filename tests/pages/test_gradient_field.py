@@ -90,7 +90,6 @@ def test_the_controls_that_only_some_planes_show():
     ({"features": "2", "rows": "2", "field_row": "5"}, "There is no row 5"),
     ({"field_plane": "coordinates", "field_coord_a": "2", "field_coord_b": "2"}, "must be two different elements"),
     ({"field_plane": "coordinates", "field_coord_b": "500"}, "must be two different elements"),
-    ({"device": "cuda"}, "CUDA is not available"),
 ])
 def test_impossible_settings_are_said_in_words(query, words):
     at = app(PAGE, **query)

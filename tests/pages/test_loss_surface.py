@@ -116,7 +116,6 @@ def test_a_diverging_run_is_a_warning_and_the_rest_still_draws():
     ({"surface_plane": "input plane"}, "needs feature size 2"),  # features 16
     ({"surface_plane": "input plane", "surface_paths": "true"}, "needs feature size 2"),
     ({"surface_plane": "coordinates", "surface_coord_a": "200"}, "must be two different elements"),
-    ({"device": "cuda"}, "CUDA is not available"),
 ])
 def test_impossible_settings_are_said_in_words(query, words):
     at = app(PAGE, **query)
