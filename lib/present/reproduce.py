@@ -364,8 +364,14 @@ def _wrap(text: str, prefix: str = "") -> str:
     return textwrap.fill(text, width=100, initial_indent=prefix, subsequent_indent=prefix)
 
 
-def python_snippet(case: Case, formula: str) -> str:
-    """A standalone script that reproduces the check of ``formula`` on ``case`` (see the module)."""
+EMBEDDED_SHOWN = 1 << 16  # input and upstream elements up to which the script shown on a page embeds them (the download always does)
+ELIDED = '(\n    "..."  # the data, embedded in the downloaded script\n)'
+
+
+def python_snippet(case: Case, formula: str, embed: bool = True) -> str:
+    """A standalone script that reproduces the check of ``formula`` on ``case`` (see the module).
+    ``embed=False``: the inputs and upstream are left out (a page shows the script of a large case
+    so; what it sends to the browser does not grow with the tensors)."""
     family = case.get_family()
     if formula not in family.formulas:
         raise LabError(f"{family.title} has no formula {formula!r}; it has: {', '.join(family.formulas)}.")
@@ -415,9 +421,9 @@ def python_snippet(case: Case, formula: str) -> str:
         formula_invocation=_invocation(_formula_code(family.formula(formula).function)[0], formula_call, params),
         reference_function=_REFERENCE_FUNCTION.format(call=reference_call) if reference_call else "",
         dtype=case.dtype,
-        inputs=_blob(tuple(x.cpu().clone() for x in inputs)),
+        inputs=_blob(tuple(x.cpu().clone() for x in inputs)) if embed else ELIDED,
         upstream_kind=case.upstream,
-        upstream=_blob(upstream.detach().cpu().clone()),
+        upstream=_blob(upstream.detach().cpu().clone()) if embed else ELIDED,
         upstream_dtype=str(upstream.dtype).removeprefix("torch."),
         device_repr=repr(case.device),
         device_note="" if built_on is case else " (not usable where this script was written: the inputs were built on the CPU)",

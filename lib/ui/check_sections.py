@@ -19,7 +19,7 @@ from ..present.figures.check import (conformance_table, diagnosis_scatter, error
 from ..present.figures.determinism import spread_map
 from ..present.figures.precision import error_against_magnitude, ulp_histogram
 from ..present.report_data import drawable, element_rows, pair_name, plan_sources, shown, summary
-from ..present.reproduce import file_name, precision_test, python_snippet
+from ..present.reproduce import EMBEDDED_SHOWN, file_name, precision_test, python_snippet
 from .cards import verdict_card
 from .compute import compute, guard
 from .downloads import download
@@ -329,8 +329,11 @@ def downloads(case, formula, report) -> None:
 
     st.subheader("Reproduce in Python")
     with guard("Writing the script"):
-        snippet = python_snippet(case, formula)
+        small = math.prod(case.shape) * len(case.get_family().input_names) <= EMBEDDED_SHOWN
+        snippet = python_snippet(case, formula, embed=small)
         st.caption("The same check as a standalone script: this case's inputs and upstream gradient are embedded in it, and "
-                   "the formula is imported from the module that defines it; it needs nothing but torch and that module.")
+                   "the formula is imported from the module that defines it; it needs nothing but torch and that module."
+                   + ("" if small else " At this size the data is left out here and written into the download when you click it."))
         st.code(snippet, language="python", height=480)
-        download("Download the script (.py)", snippet, file_name(case, formula), key="check_download_script")
+        download("Download the script (.py)", snippet if small else (lambda: python_snippet(case, formula)), file_name(case, formula),
+                 key="check_download_script")

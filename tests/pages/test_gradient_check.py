@@ -242,3 +242,13 @@ def test_a_gradient_that_is_not_finite_shows_where_it_was_born(monkeypatch):
     assert not at.exception and "Where the NaN or Inf was born" in [h.value for h in at.subheader]
     (born,) = [e.value for e in at.error if e.value.startswith("**Born** in aten.")]
     assert "functions.py:" in born and "x/0" in born and "fix:" in born
+
+
+def test_at_a_large_shape_the_script_shown_leaves_the_data_to_the_download():
+    at = app(PAGE, rows="256", features="512")
+    assert not at.exception
+    (code,) = [c.value for c in at.code if "Gradient Lab's check" in c.value]
+    assert "the data, embedded in the downloaded script" in code and len(code) < 100_000
+    small = app(PAGE)
+    (code,) = [c.value for c in small.code if "Gradient Lab's check" in c.value]
+    assert "the data, embedded in the downloaded script" not in code  # a small case's script is whole on the page
