@@ -92,6 +92,8 @@ def test_each_start_here_step_clicked_from_home_shows_what_its_pasted_link_shows
         assert clicked["case"]["story"] == str(number) and f"Step {number} of {len(TUTORIAL)}" in clicked["banner"]
         assert clicked["formulas"] == list(dict(step.query)["formulas_cosine"]), step.title
         assert harness.errors(page) == [], step.title
+        if number < 3:  # the first two steps set the formulas alone, as the third and fourth do with more: those are compared whole
+            continue
         pasted = harness.new_page(page.context.browser)  # a session of its own, as a link pasted elsewhere
         try:
             pasted.goto(page.url)
