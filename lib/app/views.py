@@ -325,7 +325,8 @@ def perturbation_sweep(case: Case, kind: str):
 
     formulas = _formulas(case)
     # its own estimate leaves out autograd's graphs through each formula: measured up to 1.8 times it
-    budget.require(2 * sweeps.sweep_bytes(case), f"A {kind} sweep of shape {case.shape} with {len(formulas)} formulas",
+    budget.require(2 * sweeps.sweep_bytes(case), f"{'An' if kind[:1] in 'aeiou' else 'A'} {kind} sweep of shape {case.shape} with "
+                   f"{len(formulas)} formulas",
                    "Choose a smaller shape or fewer formulas.")
     return sweeps.perturbation_sweep(case, kind)
 

@@ -26,7 +26,7 @@ def verdict_card(report: GradientReport, key: str, wide: bool = False, parity=No
             st.markdown(f"{badge(shown.outcome)} **{sentence(shown.formula)}**{second}")
             st.markdown(f"##### {sentence(shown.headline)}")
             st.markdown(" · ".join(f"**{number.value}** :gray[{number.label}]" for number in shown.numbers),
-                        help=" ".join(f"{number.label.capitalize()}: {number.help}." for number in shown.numbers))
+                        help=" ".join(f"{number.label[:1].upper() + number.label[1:]}: {number.help}." for number in shown.numbers))
             if shown.precision is not None:  # below float64: its error against PyTorch's own in the same dtype
                 st.markdown(f"{badge(shown.precision[0])} {sentence(shown.precision[1])}")
             if shown.conditions is not None:  # where the Function will really run: subsets, layouts, aliasing, sizes, ties

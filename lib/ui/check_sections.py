@@ -42,7 +42,7 @@ def verdict(report) -> None:
     for note in report.notes:
         st.warning(note, icon=":material/warning:")
     if report.failure and not report.inputs:  # no output at all: nothing to draw
-        st.error(f"{report.failure.whose.capitalize()} raised {report.failure}. No output was computed, so there are no "
+        st.error(f"{report.failure.whose[:1].upper() + report.failure.whose[1:]} raised {report.failure}. No output was computed, so there are no "
                  "gradients to draw: fix its forward, then come back here.", icon=":material/error:")
         st.stop()
     if report.failure:
