@@ -377,7 +377,7 @@ def check_jacobian(
     judged: list = []
     kinks: list[str] = []
     kink_elements: list[np.ndarray] = [NONE] * len(inputs)
-    forgiven: dict = {"kink": {}, "noise": {}, "looks": {}}  # per input, elements judged on a second look: kinks, and the differences' noise
+    forgiven: dict = {"noise": {}, "looks": {}}  # per input, elements judged on a second look, and the kinked ones' looks
     kink_looks: dict[int, dict[int, ElementLook]] = {}  # per input, the kinked elements' one-sided slopes: where the truth is a set
     if not partial:
         analytic = _backward(compressed_entries, function, inputs, patterns, colors, skip, shape, budget_bytes, graph=graph)
@@ -711,10 +711,11 @@ def _second_look(function, inputs, entries, judged, tolerances):
     entry passes if it lies between them, whatever the reference chose there (ties in max have
     many right answers); elsewhere an entry that fails only against the finite differences fails
     only if it also misses the central difference by several times that difference's own error
-    (Richardson's truncation estimate and the dtype's rounding). Returns the judgements, the
-    per input the elements whose truth the differences are not (kinks) and those they could not
-    judge (their noise)."""
-    forgiven: dict = {"kink": {}, "noise": {}, "looks": {}}
+    (Richardson's truncation estimate and the dtype's rounding). Returns the judgements and,
+    per input, the elements passed on this look ("noise": the differences' noise, kinks, and
+    elements judged at their own scale) and the kinked elements' looks ("looks": the set a valid
+    gradient lies in)."""
+    forgiven: dict = {"noise": {}, "looks": {}}
     new_judged = []
     for i, (e, judgement) in enumerate(zip(entries, judged)):
         excess, left_out, against = judgement.excess, judgement.left_out, judgement.against
@@ -734,8 +735,8 @@ def _second_look(function, inputs, entries, judged, tolerances):
         fine = _looks_at_own_scale(function, inputs, i, elements, tolerances.step)
         scale = max(truth_scale(_truths(e.values)), tolerances.unit)
         excess = excess.copy()
-        kinked, noisy = set(), set()
-        forgiven["looks"][i] = {}
+        noisy: set[int] = set()
+        kinked = forgiven["looks"][i] = {}
         for k in failing:
             r, a = int(e.rows[k]), e.values["analytic"][k]
             look = _sharper(looks[int(e.cols[k])], fine.get(int(e.cols[k])), r)
@@ -744,8 +745,7 @@ def _second_look(function, inputs, entries, judged, tolerances):
                 low, high = (float(bound[r]) for bound in look.bounds())
                 if low - allowed <= a <= high + allowed:
                     excess[k] = -np.inf
-                    kinked.add(int(e.cols[k]))
-                    forgiven["looks"][i][int(e.cols[k])] = look
+                    kinked[int(e.cols[k])] = look
             elif only_numerical[k] and abs(a - look.central[r]) <= allowed + 4 * (look.truncation[r] + look.rounding[r]):
                 excess[k] = -np.inf
                 noisy.add(int(e.cols[k]))
@@ -754,8 +754,7 @@ def _second_look(function, inputs, entries, judged, tolerances):
                 e.values["numerical"] = e.values["numerical"].copy()
                 e.values["numerical"][k] = look.central[r]
                 noisy.add(int(e.cols[k]))  # the probes leave it to its entries, judged here
-        forgiven["kink"][i] = np.array(sorted(kinked), dtype=np.int64)
-        forgiven["noise"][i] = np.array(sorted(noisy | kinked), dtype=np.int64)
+        forgiven["noise"][i] = np.array(sorted(noisy | set(kinked)), dtype=np.int64)
         still = excess.max(initial=-np.inf) > 0
         new_judged.append(Judgement(excess, left_out, against if still else None))
     return new_judged, forgiven
@@ -784,7 +783,7 @@ def _sharper(base: ElementLook, fine: ElementLook | None, row: int) -> ElementLo
     if base.kink[row]:
         return fine
     error = lambda look: look.truncation[row] + look.rounding[row]  # noqa: E731
-    return fine if not base.kink[row] and error(fine) < error(base) else base
+    return fine if error(fine) < error(base) else base
 
 
 def _probe_truths(probe: Probe, index: int) -> dict[str, np.ndarray]:
@@ -802,17 +801,17 @@ def _entry_name(e: InputEntries, k: int, output_element: Callable[[int], str]) -
 def _worst_entry(entries: Sequence[InputEntries], judged, output_element: Callable[[int], str], tolerances: Tolerances,
                  role: str = "reference", scales: Sequence[float | None] = ()) -> Finding | None:
     worst = None
-    for e, judgement in zip(entries, judged):
+    for index, judgement in enumerate(judged):
         if judgement.failed:
             k = int(np.argmax(judgement.excess))
             if worst is None or judgement.excess[k] > worst[0]:
-                worst = (judgement.excess[k], e, k, judgement.against)
+                worst = (judgement.excess[k], index, k, judgement.against)
     if worst is None:
         return None
-    _, e, k, against = worst
+    _, index, k, against = worst
+    e = entries[index]
     evidence = tuple(_entries_evidence(entry, judgement, against, scale) for entry, judgement, scale
                      in zip(entries, judged, scales or [None] * len(entries)))
-    index = next(i for i, entry in enumerate(entries) if entry is e)
     scale = scales[index] if index < len(scales) and scales[index] is not None else truth_scale(_truths(e.values))
     return Finding("entry", e.name, e.shape, int(e.cols[k]), float(e.values["analytic"][k]), float(e.values[against][k]), against, role,
                    output=output_element(int(e.rows[k])), tolerances=tolerances, scale=scale, evidence=evidence)

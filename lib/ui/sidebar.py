@@ -14,7 +14,7 @@ import streamlit as st
 from ..app import plugins
 from ..app.case import DTYPES, Case, default_formulas
 from ..engine.pipeline import UPSTREAMS
-from ..app.devices import DEVICES, device_problem
+from ..app.devices import available_devices, device_problem
 from ..app.family import Family, families
 from ..explore.perturb import ALIGNMENTS, INJECTIONS, Perturbation
 from ..present.guide import PRESENT, STORY, TUTORIAL, story_step
@@ -90,7 +90,7 @@ def page_setup(page: str, title: str, explanation: str) -> Case:
     with st.sidebar:
         navigation = st.container()
         case = sidebar_case()
-    st.session_state[_LAST_CASE] = {k: v for k, v in _query().items() if not k.startswith(PAGE_PREFIXES) and k != STORY}
+    st.session_state[_LAST_CASE] = _case_query()
     with navigation:
         draw_navigation()
     notes = link_notes(link)
@@ -133,6 +133,11 @@ def _query() -> dict[str, list[str]]:
     return {key: st.query_params.get_all(key) for key in st.query_params}
 
 
+def _case_query() -> dict[str, list[str]]:
+    """The case as the address holds it: every sidebar setting, not a page's own nor a step's banner (it stays on its page)."""
+    return {k: v for k, v in _query().items() if not k.startswith(PAGE_PREFIXES) and k != STORY}
+
+
 def _arrived(page: str) -> bool:
     """Whether this run opens ``page`` coming from another page of this session."""
     arrived = st.session_state.get(_CURRENT_PAGE) not in (None, page)
@@ -150,8 +155,7 @@ def remember_page_settings(page: str) -> None:
 def page_query(page: str) -> dict[str, list[str]]:
     """The address of ``page`` from here: the case (every sidebar setting in the URL) and the
     page's own settings from the last visit in this session."""
-    case = {k: v for k, v in _query().items() if not k.startswith(PAGE_PREFIXES) and k != STORY}  # a step's banner stays on its page
-    return {**case, **st.session_state.get(_PAGE_SETTINGS, {}).get(page, {})}
+    return {**_case_query(), **st.session_state.get(_PAGE_SETTINGS, {}).get(page, {})}
 
 
 def draw_navigation() -> None:
@@ -232,12 +236,12 @@ def sidebar_case() -> Case:
     st.subheader("Numbers")
     dtype = st.selectbox("dtype", list(DTYPES), key="dtype", bind=URL, help="float64 for checking correctness; lower precisions are perturbations to look at.")
     # plain option labels: the URL carries the label, so it must not depend on this machine
-    usable = [d for d in DEVICES if not device_problem(d)]  # an absent device is said once, never offered
-    absent = [d for d in DEVICES if device_problem(d)]
-    device = st.selectbox("Device", usable, key="device", bind=URL,
-                          help="Absent here: " + " · ".join(f"{d} ({device_problem(d)})" for d in absent) if absent else None)
+    problems = available_devices()  # an absent device is said once, never offered
+    absent = [d for d, problem in problems.items() if problem]
+    device = st.selectbox("Device", [d for d, problem in problems.items() if not problem], key="device", bind=URL,
+                          help="Absent here: " + " · ".join(f"{d} ({problems[d]})" for d in absent) if absent else None)
     if absent:
-        st.caption(f"Not on this machine: {', '.join(d.upper() if d != 'mps' else 'MPS' for d in absent)}.")
+        st.caption(f"Not on this machine: {', '.join(d.upper() for d in absent)}.")
     seed = st.number_input("Seed", 0, 2**31 - 1, 0, key="seed", bind=URL)
     upstream = st.selectbox("Upstream gradient (drawn)", UPSTREAMS, key="upstream", bind=URL,
                             help="What the drawn gradients are the product of: the loss's gradient (what training sees), all ones, "
