@@ -462,11 +462,13 @@ NEARBY_POINTS = 6  # tie-broken points near a kink at which its slopes are sampl
 NEARBY_RADIUS = 100  # their distance from the point, in steps: far beyond the step, within the function's smooth scale
 
 
-def look_at_elements(function, inputs: Sequence[Tensor], index: int, elements: Sequence[int], step: float) -> dict[int, ElementLook]:
-    """Each element's ``ElementLook``, by plain calls (never vmap). At a kink, the central
-    differences along the element at ``NEARBY_POINTS`` points moved at random by about
-    ``NEARBY_RADIUS`` steps (every tie broken one way or another, each point's slope a limit of
-    gradients) are kept as well."""
+def look_at_elements(function, inputs: Sequence[Tensor], index: int, elements: Sequence[int], step: float, batched: bool = False,
+                     budget_bytes: int = DEFAULT_BUDGET_BYTES) -> dict[int, ElementLook]:
+    """Each element's ``ElementLook``: by plain calls, or with ``batched`` (a plan whose vmapped
+    values reproduced plain calls) the point and its four moves per element in batches under vmap.
+    At a kink, the central differences along the element at ``NEARBY_POINTS`` points moved at
+    random by about ``NEARBY_RADIUS`` steps (every tie broken one way or another, each point's
+    slope a limit of gradients) are kept as well, by plain calls."""
     x = inputs[index]
     flat = x.detach().reshape(-1)
     eps = torch.finfo(x.dtype).eps if x.is_floating_point() else 0.0
@@ -478,12 +480,26 @@ def look_at_elements(function, inputs: Sequence[Tensor], index: int, elements: S
         return out.detach().double().cpu().reshape(-1).numpy()
 
     base = at(torch.zeros_like(flat))
+    moves = (step, -step, 2 * step, -2 * step)
+    if batched and elements:  # every move of every element, a chunk of copies per call
+        chunk = chunk_size(flat.numel(), base.size, flat.element_size(), budget_bytes)
+        # the point itself first: its value and its moves' are computed the same way, so their differences hold no vmap rounding
+        shifts = torch.tensor((0.0, *moves * len(elements)), dtype=flat.dtype, device=flat.device)
+        where = torch.tensor([elements[0], *elements], device=flat.device).repeat_interleave(torch.tensor([1, *[len(moves)] * len(elements)]))
+        values = []
+        for start in range(0, shifts.numel(), chunk):
+            copies = flat.repeat(min(chunk, shifts.numel() - start), 1)
+            copies[torch.arange(copies.shape[0]), where[start : start + chunk]] += shifts[start : start + chunk]
+            with torch.no_grad():
+                out = _evaluate_batch(function, inputs, index, copies.reshape(-1, *x.shape))
+            values.append(out.detach().double().cpu().reshape(copies.shape[0], -1).numpy())
+        values = np.concatenate(values)
+        base, moved = values[0], values[1:].reshape(len(elements), len(moves), -1)
     looks = {}
-    for element in elements:
+    for number, element in enumerate(elements):
         e = torch.zeros_like(flat)
         e[element] = 1.0
-        plus, minus = at(step * e), at(-step * e)
-        plus2, minus2 = at(2 * step * e), at(-2 * step * e)
+        plus, minus, plus2, minus2 = moved[number] if batched else (at(h * e) for h in moves)
         with np.errstate(invalid="ignore", over="ignore"):
             look = ElementLook(
                 forward=(plus - base) / step, backward=(base - minus) / step,

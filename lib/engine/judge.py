@@ -399,7 +399,7 @@ def check_jacobian(
     del graph  # every backward call of the formula is made
     follows_foreign = tuple(names[i] for i, values in foreign.items() if _agrees(entries[i].values["analytic"], values, tolerances))
     if not partial and differences:  # kinks and the differences' noise matter only where they are a truth
-        judged, forgiven = _second_look(function, inputs, entries, judged, tolerances)
+        judged, forgiven = _second_look(function, inputs, entries, judged, tolerances, [p.batched for p in plans], budget_bytes)
         marked = marked if marked is not None else _marked_kinks(function, inputs, entries, plans, tolerances, budget_bytes)
         kink_looks = {i: {**marked.get(i, {}), **forgiven["looks"].get(i, {})} for i in range(len(inputs))}
         kink_elements = [np.array(sorted(kink_looks[i]), dtype=np.int64) for i in range(len(inputs))]
@@ -676,7 +676,7 @@ def _marked_kinks(function, inputs, entries, plans, tolerances, budget_bytes) ->
         elements = np.unique(cols[suspect])
         if not elements.size or elements.size > MAX_SECOND_LOOK:
             continue
-        looks = look_at_elements(function, inputs, i, elements.tolist(), tolerances.step)
+        looks = look_at_elements(function, inputs, i, elements.tolist(), tolerances.step, plan.batched, budget_bytes)
         fine = _looks_at_own_scale(function, inputs, i, np.array([c for c in elements if looks[int(c)].kink.any()]), tolerances.step)
         looks.update(fine)  # where the plain step sees a kink, the element's own scale says whether there is one
         found[i] = {int(c): looks[int(c)] for c in elements if looks[int(c)].kink.any()}
@@ -705,7 +705,7 @@ def _all_columns(plan: DifferencePlan) -> np.ndarray:
     return np.tile(np.arange(plan.n_inputs), plan.n_outputs)
 
 
-def _second_look(function, inputs, entries, judged, tolerances):
+def _second_look(function, inputs, entries, judged, tolerances, batched: Sequence[bool], budget_bytes: int):
     """Failing entries looked at again, element by element (up to MAX_SECOND_LOOK elements per
     input): at a kink (one-sided slopes that disagree and stay apart as h halves) the formula's
     entry passes if it lies between them, whatever the reference chose there (ties in max have
@@ -731,8 +731,11 @@ def _second_look(function, inputs, entries, judged, tolerances):
         if elements.size > MAX_SECOND_LOOK:
             new_judged.append(judgement)
             continue
-        looks = look_at_elements(function, inputs, i, elements.tolist(), tolerances.step)
-        fine = _looks_at_own_scale(function, inputs, i, elements, tolerances.step)
+        looks = look_at_elements(function, inputs, i, elements.tolist(), tolerances.step, batched[i], budget_bytes)
+        # the sharper look can change a judgement only where the plain one sees a kink or the entry fails against
+        # the differences alone: an entry a trusted reference fails at a smooth point fails whatever the step
+        unsure = {int(e.cols[k]) for k in failing if only_numerical[k] or looks[int(e.cols[k])].kink[int(e.rows[k])]}
+        fine = _looks_at_own_scale(function, inputs, i, np.array(sorted(unsure), dtype=np.int64), tolerances.step)
         scale = max(truth_scale(_truths(e.values)), tolerances.unit)
         excess = excess.copy()
         noisy: set[int] = set()
