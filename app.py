@@ -26,9 +26,17 @@ with ui.guard("This page"):
                             f"vmap) and double backward, each against the same truth. It compiles: about "
                             f"{views.parity_seconds(case, len(formulas)):.0f} s for these formulas the first time, kept for the session.")
     slots = ui.card_slots(formulas)
-    # each card as soon as its verdict is known (the cheap ones first), the contract lint after all of them
-    reports = []
+    # each formula's first-order verdict first (a fraction of a second each), its stages still running; then each card
+    # again, whole, in its place; the contract lint after all of them
+    checked = []  # those whose first order ran: where it was refused, that message stands for the formula
     for formula in formulas:
+        first = ui.compute(views.first_verdict, case, formula, what=f"Checking {formula}…")
+        if first is not None:
+            checked.append(formula)
+            with slots[formula].container():
+                ui.verdict_card(first, key=f"{formula}_first")
+    reports = []
+    for formula in checked:
         report = ui.compute(views.gradient_report, case, formula, what=f"Checking {formula}…")
         if report is not None:
             reports.append(report)

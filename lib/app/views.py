@@ -8,6 +8,8 @@ results, so that ``lib.ui`` can cache them by their arguments and pages stay thi
 from __future__ import annotations
 
 import math
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, replace
 from functools import partial
 
@@ -17,7 +19,9 @@ import torch
 from . import budget, guard
 from .case import Case
 from ..engine.options import DEFAULT_JACOBIAN_LIMIT  # noqa: F401 - the pages' limits, through views
-from ..engine.pipeline import check, exact_problem
+from ..engine.options import CheckOptions
+from ..engine.pipeline import check, exact_problem, first_order, first_report
+from ..engine.stages import FirstOrder
 from ..engine.precision import FLOOR_EPS, RMSE_FLOOR_EPS, is_low  # noqa: F401
 from ..engine.report import PAIRS  # noqa: F401
 from ..engine.parity import estimate_seconds, paths_of
@@ -105,8 +109,9 @@ def _sizes(case: Case) -> tuple[int, int, int]:
 MAX_CHECK_ELEMENTS = 2**18  # per input: finite differences cost (colours × 2) evaluations of it
 
 
-def _report(case: Case, formula: str, held: float = 0, parity: str | None = None, determinism: int | None = None) -> GradientReport:
-    """``held``: bytes the caller keeps while this report is computed (earlier reports of a list)."""
+def _prepared(case: Case, formula: str, held: float = 0) -> tuple:
+    """The case's problem and the guard's plans, refused in words where the case is too large;
+    ``held``: bytes the caller keeps while this report is computed (earlier reports of a list)."""
     n = math.prod(case.shape)
     if n > MAX_CHECK_ELEMENTS:
         raise LabError(
@@ -122,9 +127,40 @@ def _report(case: Case, formula: str, held: float = 0, parity: str | None = None
     low = is_low(case.torch_dtype()) and problem.failure is None  # then the verdict runs in float64 on the dtype's values
     tolerances = default_tolerances(torch.float64 if low else case.torch_dtype(), step=case.step, atol=case.atol, rtol=case.rtol)
     # planned once: the engine runs the guard's plan
-    plans = guard.require_report_memory(exact_problem(problem) if low else problem, tolerances, what, held)
-    return _check(case, problem, plans=plans, work_limit=budget.work_limit(), budget_bytes=guard.chunk_bytes(), parity=parity,
-                  determinism=determinism)
+    return problem, guard.require_report_memory(exact_problem(problem) if low else problem, tolerances, what, held)
+
+
+def _options(case: Case, **overrides) -> CheckOptions:
+    return CheckOptions.of(case.options(), work_limit=budget.work_limit(), budget_bytes=guard.chunk_bytes(), **overrides)
+
+
+# first orders shown early (``first_verdict``), each kept until its whole report is made from it
+_FIRSTS: OrderedDict[tuple[Case, str], FirstOrder] = OrderedDict()
+_FIRSTS_LOCK = threading.Lock()
+KEPT_FIRSTS = 8
+
+
+def first_verdict(case: Case, formula: str) -> GradientReport:
+    """The first-order verdict alone (``pipeline.first_report``, its pending stages named): what a
+    page shows within a fraction of a second, while the stages that follow it run. Its first order
+    is kept for ``gradient_report``, which goes on from it."""
+    problem, plans = _prepared(case, formula)
+    options = _options(case)
+    first = first_order(problem, options, plans)
+    with _FIRSTS_LOCK:
+        _FIRSTS[(case, formula)] = first
+        while len(_FIRSTS) > KEPT_FIRSTS:
+            _FIRSTS.popitem(last=False)
+    return first_report(first, options, family=case.family)
+
+
+def _report(case: Case, formula: str, held: float = 0, parity: str | None = None, determinism: int | None = None) -> GradientReport:
+    with _FIRSTS_LOCK:
+        first = _FIRSTS.pop((case, formula), None)
+    if first is None:
+        problem, plans = _prepared(case, formula, held)
+        return check(problem, _options(case, parity=parity, determinism=determinism), family=case.family, plans=plans)
+    return check(first.problem, _options(case, parity=parity, determinism=determinism), family=case.family, first=first)
 
 
 def _check(case: Case, problem, **overrides) -> GradientReport:

@@ -330,6 +330,7 @@ def check_jacobian(
     work_limit: float = math.inf,
     output_element: Callable[[int], str] | None = None,
     role: str = "reference",
+    looks: int = MAX_SECOND_LOOK,
 ) -> JacobianVerdict:
     """The formula's whole Jacobian against the truth (see the module's docstring).
 
@@ -399,7 +400,7 @@ def check_jacobian(
     del graph  # every backward call of the formula is made
     follows_foreign = tuple(names[i] for i, values in foreign.items() if _agrees(entries[i].values["analytic"], values, tolerances))
     if not partial and differences:  # kinks and the differences' noise matter only where they are a truth
-        judged, forgiven = _second_look(function, inputs, entries, judged, tolerances, [p.batched for p in plans], budget_bytes)
+        judged, forgiven = _second_look(function, inputs, entries, judged, tolerances, [p.batched for p in plans], budget_bytes, looks)
         marked = marked if marked is not None else _marked_kinks(function, inputs, entries, plans, tolerances, budget_bytes)
         kink_looks = {i: {**marked.get(i, {}), **forgiven["looks"].get(i, {})} for i in range(len(inputs))}
         kink_elements = [np.array(sorted(kink_looks[i]), dtype=np.int64) for i in range(len(inputs))]
@@ -705,11 +706,11 @@ def _all_columns(plan: DifferencePlan) -> np.ndarray:
     return np.tile(np.arange(plan.n_inputs), plan.n_outputs)
 
 
-def _second_look(function, inputs, entries, judged, tolerances, batched: Sequence[bool], budget_bytes: int):
-    """Failing entries looked at again, element by element (up to MAX_SECOND_LOOK elements per
-    input): at a kink (one-sided slopes that disagree and stay apart as h halves) the formula's
-    entry passes if it lies between them, whatever the reference chose there (ties in max have
-    many right answers); elsewhere an entry that fails only against the finite differences fails
+def _second_look(function, inputs, entries, judged, tolerances, batched: Sequence[bool], budget_bytes: int,
+                 most: int = MAX_SECOND_LOOK):
+    """Failing entries looked at again, element by element (up to ``most`` elements per input): at
+    a kink (one-sided slopes that disagree and stay apart as h halves) the formula's entry passes
+    if it lies between them, whatever the reference chose there (ties in max have many right answers); elsewhere an entry that fails only against the finite differences fails
     only if it also misses the central difference by several times that difference's own error
     (Richardson's truncation estimate and the dtype's rounding). Returns the judgements and,
     per input, the elements passed on this look ("noise": the differences' noise, kinks, and
@@ -728,7 +729,7 @@ def _second_look(function, inputs, entries, judged, tolerances, batched: Sequenc
             only_numerical &= ~(ref_excess > 0)
         failing = np.flatnonzero(excess > 0)
         elements = np.unique(e.cols[failing])
-        if elements.size > MAX_SECOND_LOOK:
+        if elements.size > most:
             new_judged.append(judgement)
             continue
         looks = look_at_elements(function, inputs, i, elements.tolist(), tolerances.step, batched[i], budget_bytes)

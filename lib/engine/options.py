@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from .evaluate import DEFAULT_BUDGET_BYTES
+from .evaluate import DEFAULT_BUDGET_BYTES, MAX_SECOND_LOOK
 from .precision import DRAWS, RATIO
 
 DEFAULT_JACOBIAN_LIMIT = 64 * 64  # entries of one input's Jacobian worth drawing as a heatmap
@@ -41,6 +41,8 @@ class CheckOptions:
     work_limit: float = math.inf  # element evaluations of finite differences allowed
     unit: float = 0.0  # a floor under atol's unit (``Tolerances.unit``): a condition's changed case, judged in the plain one's
     diagnose: bool = True  # False: no diagnosis (a condition's check where the plain verdict has one already)
+    looks: int = MAX_SECOND_LOOK  # elements per input whose failing entries are looked at again one by one (kinks, the differences'
+    # noise); 0: none (a condition's check beside a failing plain verdict: it passes outright, or fails as the plain one does)
 
     @property
     def differentiations(self) -> int:

@@ -380,7 +380,7 @@ def _maps(problem: Problem, e: Evaluation, jacobian: JacobianVerdict | None, tol
 
 
 def check(problem: Problem, options: CheckOptions | None = None, /, *, family: str = "", plans: Sequence[DifferencePlan] | None = None,
-          grad_output: Tensor | None = None, **overrides: Any) -> GradientReport:
+          grad_output: Tensor | None = None, first: FirstOrder | None = None, **overrides: Any) -> GradientReport:
     """The specification, read top to bottom: the first-order verdict against the truth (plan
     unless the guard's ``plans`` are given, evaluate, judge the whole Jacobian and the drawn
     gradient), then each stage that applies (``stages.STAGES``: second order, conditions, parity,
@@ -392,9 +392,10 @@ def check(problem: Problem, options: CheckOptions | None = None, /, *, family: s
     test raising is reported, not raised; finite differences beyond ``options.work_limit`` element
     evaluations are refused (LabError) after planning, before they run. Below float64
     (``precision.LOW_PRECISION``) the first order is judged in float64 on the dtype's values upcast,
-    and the precision stage judges the dtype."""
+    and the precision stage judges the dtype. ``first``: the first order of this problem under these
+    options, where a front end has it already (``first_report`` showed it)."""
     options = CheckOptions.of(options, **overrides)
-    first = first_order(problem, options, plans, grad_output)
+    first = first if first is not None else first_order(problem, options, plans, grad_output)
     results: dict[str, Any] = {}
     for stage in STAGES:
         if stage.applies(first, options, results):
@@ -407,6 +408,14 @@ def check(problem: Problem, options: CheckOptions | None = None, /, *, family: s
         if stage.name in results and hasattr(stage, "fold"):
             verdict = stage.fold(verdict, results[stage.name], first)
     return _report(first, verdict, diagnosis, results, family, options, given=grad_output is not None)
+
+
+def first_report(first: FirstOrder, options: CheckOptions, *, family: str = "", given: bool = False) -> GradientReport:
+    """The first-order verdict alone, with its diagnosis, for a front end to show before the stages
+    that follow it have run: ``pending`` names them. ``check(..., first=first)`` gives the whole report."""
+    pending = tuple(stage.name for stage in STAGES if stage.applies(first, options, {}))
+    diagnosis = _diagnosis(first, {}, options)
+    return replace(_report(first, _plain_verdict(first, diagnosis), diagnosis, {}, family, options, given), pending=pending)
 
 
 def first_order(problem: Problem, options: CheckOptions, plans: Sequence[DifferencePlan] | None = None,
@@ -441,7 +450,7 @@ def first_order(problem: Problem, options: CheckOptions, plans: Sequence[Differe
         try:
             jacobian = check_jacobian(checked.function, checked.reference, checked.inputs, checked.names, e.plans, tolerances, seed=options.seed,
                                       budget_bytes=options.budget_bytes, work_limit=options.work_limit,
-                                      output_element=checked.output_element, role=checked.role)
+                                      output_element=checked.output_element, role=checked.role, looks=options.looks)
         except FormulaError as error:  # its backward raised for another upstream, or when called again on the graph
             again = any(sign in str(error) for sign in ("modified by an inplace operation", "backward through the graph a second time"))
             e = replace(e, failure=Failure.of("backward", error, when=REPEATED if again else "given other upstream gradients"))

@@ -622,6 +622,7 @@ class GradientReport:
     diagnosis: Diagnosis | None = None  # why the formula is wrong, where it is
     signature: Signature | None = None  # what the Function takes and gives; None when no forward ran
     stages: dict = field(default_factory=dict)  # the stages' results by name (``stages.STAGES``), in order; a stage not run is absent
+    pending: tuple[str, ...] = ()  # stages that apply and have not run yet: a first-order report shown early (``pipeline.first_report``)
 
     # the stages every front end knows by name
     second_order = property(lambda self: self.stages.get("second_order"))  # SecondOrderVerdict

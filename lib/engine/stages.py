@@ -113,7 +113,10 @@ class Conditions:
 
     def run(self, first: FirstOrder, options: CheckOptions, earlier: Earlier):
         unit = max((s for s in first.jacobian.scales if s is not None), default=0.0)  # the plain case's, where a changed one vanishes
-        inner = replace(options.inner, unit=unit, diagnose=first.jacobian.passed)  # a failing plain verdict has its diagnosis already
+        # a failing plain verdict has its diagnosis already, and beside it a condition only passes outright or fails as plain:
+        # its failing entries are not looked at again
+        passed = first.jacobian.passed
+        inner = replace(options.inner, unit=unit, diagnose=passed, looks=options.looks if passed else 0)
         return check_conditions(first.checked, first.tolerances, first.jacobian, first.plans, lambda changed: first.judge(changed, inner),
                                 which=options.conditions, seed=options.seed, budget_bytes=options.budget_bytes)
 

@@ -42,6 +42,7 @@ class Card:
     conditions: tuple[str, str] | None = None  # (outcome, line) for the conditions (``conditions_line``), where they ran
     precision: tuple[str, str] | None = None  # (outcome, line) below float64 (``precision_line``)
     stages: tuple[tuple[str, str], ...] = ()  # (outcome, line) of each other stage that ran (``stage_lines``): does it train, …
+    pending: str = ""  # the stages still running beside a first-order verdict shown early (``pending_line``); "" once all ran
 
 
 def _capital(text: str) -> str:
@@ -246,11 +247,19 @@ def stage_lines(report: GradientReport, skip: tuple[str, ...] = OWN_LINES, short
     return tuple((result.outcome, _capital(said(result)())) for name, result in report.stages.items() if name not in skip)
 
 
+def pending_line(report: GradientReport) -> str:
+    """The stages a first-order verdict shown early still waits for: "Checking second order, conditions and does it train…"."""
+    names = [stage_title(name).lower() for name in report.pending]
+    if not names:
+        return ""
+    return f"Checking {' and '.join([', '.join(names[:-1]), names[-1]] if len(names) > 1 else names)}…"
+
+
 def card(report: GradientReport) -> Card:
     second = report.second_order
     return Card(report.formula, report.verdict.outcome, headline(report), numbers(report), picture(report), details(report),
                 (second.outcome, _capital(second.summary) + ".") if second is not None else None, conditions_line(report),
-                precision_line(report), stage_lines(report, short=True))
+                precision_line(report), stage_lines(report, short=True), pending_line(report))
 
 
 CONDITION_COLUMNS = ("condition", "outcome", "worst entry", "why")

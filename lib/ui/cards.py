@@ -33,6 +33,8 @@ def verdict_card(report: GradientReport, key: str, wide: bool = False, parity=No
                 st.markdown(f"{badge(shown.conditions[0])} {sentence(shown.conditions[1])}")
             for outcome, stage_line in shown.stages:  # the other stages: does it train, …
                 st.markdown(f"{badge(outcome)} {sentence(stage_line)}")
+            if shown.pending:  # a first-order verdict shown early: the stages that may still change it
+                st.markdown(f":gray[:material/progress_activity: {shown.pending}]")
             line = parity_line(parity)
             if line is not None:  # however it is run: torch.compile, torch.func, double backward
                 st.markdown(f"{badge(line[0])} Parity: {sentence(line[1][0].lower() + line[1][1:])}")

@@ -47,6 +47,7 @@ def warm() -> float:
     try:
         case = opening_case()  # what Home is first asked, through the same cached calls
         for formula in cached(views.chosen_formulas)(case):
+            cached(views.first_verdict)(case, formula)  # as Home asks: the first order shown early, the whole report from it
             cached(views.gradient_report)(case, formula)
         cached(views.contract_problems)(case)
         _warm_recorder()

@@ -133,3 +133,21 @@ def test_below_float64_pytorchs_checks_and_the_contract_lint_raise_no_false_alar
         assert views.contract_problems(case) == {}
     broken = views.conformance(Case(family="softmax", formulas=("no-subtract",), dtype=dtype), "no-subtract")
     assert any(c.status == "fail" for c in broken)  # and a wrong backward still fails them
+
+
+def test_the_first_verdict_shown_early_is_kept_for_the_whole_report(monkeypatch):
+    from gradient_lab.engine import pipeline
+
+    fresh, calls = pipeline.first_order, []
+    monkeypatch.setattr(pipeline, "first_order", lambda *a, **k: calls.append(1) or fresh(*a, **k))
+    monkeypatch.setattr(views, "first_order", pipeline.first_order)
+    case = Case(seed=11, shape=(3, 4))
+    early = views.first_verdict(case, "corrected")
+    assert early.pending and not early.stages and early.verdict.passed and len(calls) == 1
+    whole = views.gradient_report(case, "corrected")
+    assert whole.pending == () and whole.conditions is not None and whole.verdict.passed
+    kept = len(calls) - 1  # the conditions' changed problems alone
+    calls.clear()
+    # kept once: asked again (a cache that was cleared), the report is made from scratch, the same
+    again = views.gradient_report(case, "corrected")
+    assert len(calls) == kept + 1 and again.verdict.coverage == whole.verdict.coverage

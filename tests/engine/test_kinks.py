@@ -6,7 +6,7 @@ A backward outside that interval still fails."""
 import pytest
 import torch
 
-from gradient_lab.engine.pipeline import compare_gradients
+from gradient_lab.engine.pipeline import check, compare_gradients
 from gradient_lab.app.family import Family, Formula
 from tests.specimens import zoo
 from tests.specimens.conditions import SortByNumpy, SortMatchesValues
@@ -106,3 +106,12 @@ def test_no_kinks_are_marked_on_a_smooth_function():
     report = compare_gradients(family(zoo.Relu, torch.relu), "f", (torch.randn(4, 5, dtype=torch.float64) + 0.5,))
     assert report.inputs[0].kinks.size == 0
     assert not [t for t in gradient_heatmaps(report.inputs[0]).data if t.type == "scatter"]
+
+
+@pytest.mark.parametrize("name, with_reference", [("clamp at its bounds", True), ("max with ties", False)])
+def test_without_the_second_look_a_kink_is_not_forgiven(name, with_reference):
+    # ``looks=0`` (a condition's check beside a failing plain verdict): an entry passes outright or fails
+    function, reference, inputs, _ = CASES[name]
+    problem = family(function, reference, with_reference).problem("f", (inputs(),), {})
+    assert check(problem, order=1, conditions="none").verdict.passed
+    assert not check(problem, order=1, conditions="none", looks=0).verdict.passed

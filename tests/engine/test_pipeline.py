@@ -289,3 +289,26 @@ def test_once_differentiable_is_not_differentiable_twice_by_design_and_order_1_l
     assert report.verdict.passed and report.second_order.outcome == "by design" and report.passed(order=2)
     once = check_gradients(corpus.SoftplusOnce, x, reference=torch.nn.functional.softplus, order=1)
     assert once.second_order.outcome == "not checked" and "order=1" in once.second_order.summary
+
+
+# ---- the first order shown early, the whole report made from it ------------------------------------------------
+
+
+@pytest.mark.parametrize("formula", ["tutorial", "corrected"])
+def test_the_first_report_names_the_stages_still_to_run_and_the_whole_report_goes_on_from_it(formula, monkeypatch):
+    from gradient_lab.engine import pipeline
+
+    problem = COSINE.problem(formula, COSINE.build_inputs((4, 6), seed=2), {})
+    options = pipeline.CheckOptions(order=None)
+    first = pipeline.first_order(problem, options)
+    early = pipeline.first_report(first, options, family="cosine")
+    assert early.stages == {} and set(early.pending) >= {"second_order", "conditions", "training"}
+    fresh, calls = pipeline.first_order, []  # the conditions' changed problems have first orders of their own
+    monkeypatch.setattr(pipeline, "first_order", lambda p, *a, **k: calls.append(p) or fresh(p, *a, **k))
+    whole = pipeline.check(problem, options, family="cosine", first=first)
+    assert problem not in calls
+    assert whole.pending == () and set(early.pending) <= set(whole.stages)
+    assert early.verdict.outcome == whole.verdict.outcome == ("pass" if formula == "corrected" else "fail")
+    assert early.verdict.found == whole.verdict.found
+    kinds = lambda report: [f.kind for f in report.diagnosis.findings] if report.diagnosis is not None else []  # noqa: E731
+    assert kinds(early) == kinds(whole)  # the card shown early tells the same story

@@ -127,3 +127,17 @@ def test_the_maps_upstream_is_named_as_asked_or_as_the_one_that_showed_the_failu
     wrong = check_gradients(SoftmaxIgnoresGradOutput, x, reference=lambda x: torch.softmax(x, -1), conditions="none", training=0)
     assert drawn_upstream(right).startswith("the loss's") and wrong.upstream == "finding"
     assert drawn_upstream(wrong).startswith("random upstream gradient 1, which shows the failure")
+
+
+def test_a_card_shown_before_its_stages_ran_says_which_are_still_running_and_the_same_headline():
+    from dataclasses import replace
+
+    from gradient_lab.engine.pipeline import CheckOptions, first_order, first_report
+
+    problem = COSINE.problem("tutorial", INPUTS, {})
+    options = CheckOptions(order=None)
+    early = card(first_report(first_order(problem, options), options))
+    whole = card(compare_gradients(COSINE, "tutorial", INPUTS))
+    assert early.pending == "Checking second order, conditions and does it train…" and whole.pending == ""
+    assert early.headline == whole.headline and early.outcome == whole.outcome == "fail"
+    assert card(replace(first_report(first_order(problem, options), options), pending=("conditions",))).pending == "Checking conditions…"
