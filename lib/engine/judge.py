@@ -710,9 +710,10 @@ def _second_look(function, inputs, entries, judged, tolerances, batched: Sequenc
                  most: int = MAX_SECOND_LOOK):
     """Failing entries looked at again, element by element (up to ``most`` elements per input): at
     a kink (one-sided slopes that disagree and stay apart as h halves) the formula's entry passes
-    if it lies between them, whatever the reference chose there (ties in max have many right answers); elsewhere an entry that fails only against the finite differences fails
-    only if it also misses the central difference by several times that difference's own error
-    (Richardson's truncation estimate and the dtype's rounding). Returns the judgements and,
+    if it lies between them, whatever the reference chose there (ties in max have many right answers);
+    elsewhere an entry that fails only against the finite differences fails only if it also misses
+    the central difference by several times that difference's own error (Richardson's truncation
+    estimate and the dtype's rounding). Returns the judgements and,
     per input, the elements passed on this look ("noise": the differences' noise, kinks, and
     elements judged at their own scale) and the kinked elements' looks ("looks": the set a valid
     gradient lies in)."""
