@@ -95,20 +95,20 @@ def loss_surface_3d_figure(surface: Surface, log: bool = False) -> go.Figure:
     return base_layout(fig, "Loss surface (3-D)")
 
 
-def _arrows(a: np.ndarray, b: np.ndarray, da: np.ndarray, db: np.ndarray) -> tuple[list, list]:
-    """Line segments with two-stroke heads for a quiver, as one trace's x and y (None-separated)."""
-    xs, ys = [], []
+def _arrows(a: np.ndarray, b: np.ndarray, da: np.ndarray, db: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Line segments with two-stroke heads for a quiver, as one trace's x and y: per arrow its
+    shaft, a gap, its head's two strokes, a gap (NaN: a break in the line), in arrays (a list of
+    floats costs plotly a check per number)."""
     aa, bb = np.meshgrid(a, b)
-    for x0, y0, u, v in zip(aa.ravel(), bb.ravel(), da.ravel(), db.ravel()):
-        if not (np.isfinite(u) and np.isfinite(v)):
-            continue
-        x1, y1 = x0 + u, y0 + v
-        angle, head = np.arctan2(v, u), 0.3 * np.hypot(u, v)
-        left = (x1 - head * np.cos(angle - 0.4), y1 - head * np.sin(angle - 0.4))
-        right = (x1 - head * np.cos(angle + 0.4), y1 - head * np.sin(angle + 0.4))
-        xs += [x0, x1, None, left[0], x1, right[0], None]
-        ys += [y0, y1, None, left[1], y1, right[1], None]
-    return xs, ys
+    x0, y0, u, v = aa.ravel(), bb.ravel(), da.ravel(), db.ravel()
+    keep = np.isfinite(u) & np.isfinite(v)
+    x0, y0, u, v = x0[keep], y0[keep], u[keep], v[keep]
+    x1, y1 = x0 + u, y0 + v
+    angle, head = np.arctan2(v, u), 0.3 * np.hypot(u, v)
+    gap = np.full_like(x0, np.nan)
+    xs = np.stack([x0, x1, gap, x1 - head * np.cos(angle - 0.4), x1, x1 - head * np.cos(angle + 0.4), gap], axis=1)
+    ys = np.stack([y0, y1, gap, y1 - head * np.sin(angle - 0.4), y1, y1 - head * np.sin(angle + 0.4), gap], axis=1)
+    return xs.ravel(), ys.ravel()
 
 
 def gradient_field_figure(field: GradientField, surface: Surface | None = None) -> go.Figure:
