@@ -219,7 +219,7 @@ class Problem:
 def problem(formula: str, function: Callable[..., Any], reference: Callable[..., Any] | None, inputs: Sequence[Tensor],
             names: Sequence[str], loss: Callable[..., Tensor], *, outputs: Sequence[str] = (), constants: Sequence[str] = (),
             structure_key: Hashable = None, surrogate: Callable[..., Any] | None = None,
-            batch_dims: tuple[int | None, ...] | None = None) -> Problem:
+            batch_dims: tuple[int | None, ...] | None = None, signature: Signature | None = None) -> Problem:
     """The canonical form of ``function`` (and ``reference``) on ``inputs``: integer, boolean and
     declared-constant inputs held as they are, the differentiable outputs packed, ``loss`` taking
     the differentiable outputs. A forward that raises is kept as the problem's failure.
@@ -230,23 +230,32 @@ def problem(formula: str, function: Callable[..., Any], reference: Callable[...,
         """The same formula and truth on other inputs, each optionally wrapped (a condition's way
         of changing how they are called); its pattern is planned afresh."""
         wrap = lambda w, f: w(f) if w is not None and f is not None else f  # noqa: E731
+        # the same callables on inputs of the same kinds and shapes have the same signature: not read again (a draw's)
+        same = formula is None and reference is None and kept is not None and _kinds(given) == _kinds(inputs)
         return problem(formula_name, wrap(formula, function), wrap(reference, given_reference), given, names, loss, outputs=outputs,
-                       constants=constants, surrogate=wrap(reference, surrogate), batch_dims=batch_dims)
+                       constants=constants, surrogate=wrap(reference, surrogate), batch_dims=batch_dims, signature=kept if same else None)
 
     formula_name, given_reference = formula, reference
     inputs = tuple(x.detach() if isinstance(x, Tensor) else x for x in inputs)
     role = "surrogate" if surrogate is not None else "reference"
     reference = surrogate if surrogate is not None else reference
-    try:  # from the formula's forward, else the reference's
-        signature = read_signature((function, reference), inputs, names, outputs, constants)
-    except Exception as error:  # noqa: BLE001 - the code under test may be broken; the last to raise is named
-        failure = Failure.of("reference" if reference is not None else "forward", error)
-        return Problem(formula, None, None, (), None, lambda y: y.sum(), structure_key, failure, role, inputs, remake,
-                       given_truth=reference, batch_dims=batch_dims)
+    kept = signature
+    if signature is None:
+        try:  # from the formula's forward, else the reference's
+            signature = kept = read_signature((function, reference), inputs, names, outputs, constants)
+        except Exception as error:  # noqa: BLE001 - the code under test may be broken; the last to raise is named
+            failure = Failure.of("reference" if reference is not None else "forward", error)
+            return Problem(formula, None, None, (), None, lambda y: y.sum(), structure_key, failure, role, inputs, remake,
+                           given_truth=reference, batch_dims=batch_dims)
     canonical = lambda f: signature.canonical(f, inputs) if f is not None else None  # noqa: E731
     return Problem(formula, canonical(function), canonical(reference), signature.split(inputs), signature,
                    lambda y: loss(*signature.unpack(y)), structure_key, role=role, given=inputs, remake=remake, given_truth=reference,
                    batch_dims=batch_dims)
+
+
+def _kinds(given: Sequence[Any]) -> tuple:
+    """What a signature is read from: each tensor's shape, dtype and device, any other value itself."""
+    return tuple((tuple(x.shape), x.dtype, x.device) if isinstance(x, Tensor) else ("value", repr(x)) for x in given)
 
 
 def _outputs(problem: Problem) -> tuple[Tensor | None, Tensor | None, Failure | None]:

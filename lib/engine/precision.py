@@ -32,7 +32,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from .evaluate import backward_products
+from .evaluate import backward_products, forward_graph
 from .report import ErrorStats, Failure, Precision, PrecisionResult, SuggestedTolerance
 from .tolerances import round_up
 
@@ -223,25 +223,38 @@ class _Sides:
     outputs: tuple[np.ndarray, np.ndarray, np.ndarray]  # formula, baseline, truth
 
 
+def _products(function: Callable[..., Tensor], inputs: Sequence[Tensor], upstreams: Sequence[Tensor]) -> tuple[list, np.ndarray]:
+    """Per upstream, per input, uᵀJ in float64 (zeros where backward gave none), and the output: one
+    forward call's graph for every upstream (each handed a copy: a backward may write into it)."""
+    xs, y = forward_graph(function, inputs)
+    found = []
+    with torch.enable_grad():
+        for u in upstreams:
+            grads = torch.autograd.grad(y, xs, u.to(dtype=y.dtype, device=y.device).clone(), retain_graph=True, allow_unused=True)
+            found.append([np.zeros(tuple(x.shape)) if g is None else g.detach().to(device="cpu", dtype=torch.float64).numpy(force=True).copy()
+                          for x, g in zip(xs, grads)])
+    return found, y.detach().to(device="cpu", dtype=torch.float64).numpy(force=True).copy()
+
+
 def _point(low, exact, by_reference: Sequence[bool], upstreams: Sequence[Tensor], has_baseline: bool) -> _Sides:
     """Formula and baseline in the dtype, truth in float64, at one point, for each upstream (given in
     the dtype; the truth gets it upcast). Raises FormulaError where the formula raises."""
     dtype = low.inputs[0].dtype
     n = len(low.inputs)
     formula, baseline, truth = ([[] for _ in range(n)] for _ in range(3))
-    for u in upstreams:
-        mine = backward_products(low.function, low.inputs, None, u)
-        true_reference = backward_products(exact.reference, exact.inputs, None, u.double()) if exact.reference is not None else None
-        true_own = backward_products(exact.function, exact.inputs, None, u.double()) if not all(by_reference) else None
-        theirs = backward_products(low.reference, low.inputs, None, u) if has_baseline else None
+    exact_upstreams = [u.double() for u in upstreams]
+    mine, y = _products(low.function, low.inputs, upstreams)
+    true_reference = _products(exact.reference, exact.inputs, exact_upstreams) if exact.reference is not None else None
+    true_own = _products(exact.function, exact.inputs, exact_upstreams) if not all(by_reference) else None
+    theirs = _products(low.reference, low.inputs, upstreams) if has_baseline else None
+    for k in range(len(upstreams)):
         for i in range(n):
-            t = true_reference[i] if by_reference[i] else true_own[i]
-            formula[i].append(mine[i])
+            t = true_reference[0][k][i] if by_reference[i] else true_own[0][k][i]
+            formula[i].append(mine[k][i])
             truth[i].append(t)
-            baseline[i].append(theirs[i] if theirs is not None and by_reference[i] else _rounded(t, dtype))
-    y = _output(low.function, low.inputs)
-    y_true = _output(exact.reference if exact.reference is not None else exact.function, exact.inputs)
-    y_base = _output(low.reference, low.inputs) if has_baseline else _rounded(y_true, dtype)
+            baseline[i].append(theirs[0][k][i] if theirs is not None and by_reference[i] else _rounded(t, dtype))
+    y_true = (true_reference or true_own)[1] if (true_reference or true_own) is not None else _output(exact.function, exact.inputs)
+    y_base = theirs[1] if theirs is not None else _rounded(y_true, dtype)
     return _Sides(formula, baseline, truth, (y, y_base, y_true))
 
 
