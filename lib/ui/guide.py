@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import streamlit as st
 
-from ..present.guide import PRESENT, TUTORIAL
+from . import show
+from ..present.guide import TUTORIAL
 from .sidebar import open_case
 
 
 def start_here() -> None:
-    presenting = st.query_params.get(PRESENT) == "true"
+    presenting = show.presenting()
     with st.container(border=True, key="start_here"):
         st.markdown(":material/school: **Start here**: a popular tutorial's cosine-similarity backward is wrong twice. "
                     "Four clicks show it; each opens the page and the case that shows one step (hover for what to look at).")

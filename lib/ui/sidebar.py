@@ -18,6 +18,7 @@ from ..app.devices import available_devices, device_problem
 from ..app.family import Family, families
 from ..explore.perturb import ALIGNMENTS, INJECTIONS, Perturbation
 from ..present.guide import PRESENT, STORY, TUTORIAL, story_step
+from . import show
 from .compute import forget_all
 
 MAX_ROWS, MAX_FEATURES, MAX_DEPTH = 4096, 4096, 64
@@ -67,7 +68,7 @@ def open_case(page: str, query: dict[str, str | list[str]]) -> None:
 def page_setup(page: str, title: str, explanation: str) -> Case:
     """Every page starts here: page config, the navigation, title, its one-line explanation,
     the sidebar's Case. ``page`` is the page's file, relative to app.py."""
-    presenting = st.query_params.get(PRESENT) == "true"  # read before any widget: it sets up the page itself
+    presenting = show.presenting()  # read before any widget: it sets up the page itself
     st.set_page_config(page_title=f"{title} · Gradient Lab", page_icon="∇", layout="wide",
                        initial_sidebar_state="collapsed" if presenting else "auto")
     opening = st.session_state.get(_OPENING)
@@ -297,7 +298,7 @@ def story_banner(page: str) -> None:
     if found is None:
         return
     number, step = found
-    presenting = st.query_params.get(PRESENT) == "true"
+    presenting = show.presenting()
     with st.container(border=True, key="story_banner"):
         words, after = st.columns([4, 1], vertical_alignment="center")
         words.markdown(f":material/school: **Step {number} of {len(TUTORIAL)}: {step.title.split('. ', 1)[1]}.** {step.what_to_see}")

@@ -78,3 +78,13 @@ def test_a_rerun_with_the_same_settings_comes_from_the_cache_cleanly():
     at.run()
     assert not at.exception and not messages(at)
     assert summary(at)["corrected"] == "descends" and len(charts(at)) == 1
+
+
+def test_presentation_mode_enlarges_the_charts_text_and_height():
+    import json
+
+    plain, presented = app(PAGE), app(PAGE, present="true")
+    (a,), (b,) = charts(plain), charts(presented)
+    a, b = json.loads(a.proto.spec)["layout"], json.loads(b.proto.spec)["layout"]
+    assert b["font"]["size"] >= 18 > a.get("font", {}).get("size", 12)
+    assert b["height"] > a.get("height", 450)
