@@ -83,8 +83,8 @@ with ui.guard("This page"):
                 st.latex(formula.latex)
             diff = backward_diff(formula, right) if right else None
             if diff:
-                with st.expander(f"{formula.name}'s backward against {right.name}'s", expanded=formula is wrong[0]):
-                    st.caption(f"− lines are {right.name}'s (correct), + lines {formula.name}'s.")
+                with st.expander(f"{formula.name}'s backward, fixed: the change to {right.name}'s", expanded=formula is wrong[0]):
+                    st.caption(f"The fix: − lines are {formula.name}'s (the bug), + lines {right.name}'s (correct).")
                     st.code(diff, language="diff")
         if right:
             st.markdown(f":green-badge[correct] **{right.name}**: {right.summary}")

@@ -92,7 +92,7 @@ def _section(result, first: list[bool]) -> str:
     parts.append(_figure(diagnosis_scatter(report), first))
     for comparison in report.inputs:
         parts.append(_figure(gradient_heatmaps(comparison), first))
-        parts.append(_figure(error_heatmap(comparison), first))
+        parts.append(_figure(error_heatmap(comparison, tolerances=report.tolerances), first))
     if result.case is not None:
         try:
             parts.append("<h3>Taylor test</h3>" + _figure(step_sweep_figure(views.gradient_sweep(result.case, result.formula)), first))

@@ -24,11 +24,12 @@ def backward_source(formula: Formula) -> str | None:
 
 
 def backward_diff(wrong: Formula, right: Formula) -> str | None:
-    """A unified diff from the correct formula's backward to the buggy one's: the lines the bug
-    changed. None when either source cannot be read or they are the same."""
-    a, b = backward_source(right), backward_source(wrong)
+    """A unified diff from the buggy formula's backward to the correct one's: the fix, its removed
+    lines (drawn red) the bug's, its added ones (green) the correct code. None when either source
+    cannot be read or they are the same."""
+    a, b = backward_source(wrong), backward_source(right)
     if a is None or b is None or a == b:
         return None
     lines = difflib.unified_diff(a.splitlines(keepends=True), b.splitlines(keepends=True),
-                                 fromfile=f"{right.name} (correct)", tofile=f"{wrong.name}", n=3)
+                                 fromfile=f"{wrong.name} (buggy)", tofile=f"{right.name} (correct)", n=3)
     return "".join(lines)

@@ -252,7 +252,7 @@ def elements(report):
         st.info(f"The formula raised, so there is no analytic gradient to compare. Choose {pair_name(('reference', 'numerical'))} "
                 "above to see how the finite differences agree with autograd.")
     else:
-        chart(error_heatmap(drawn.comparison, pair, relative), key="check_errors")
+        chart(error_heatmap(drawn.comparison, pair, relative, report.tolerances), key="check_errors")
         st.subheader("Worst elements and the spread of errors")
         table, histogram = st.columns(2)
         with table:

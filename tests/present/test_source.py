@@ -23,8 +23,9 @@ def test_the_diff_shows_the_line_the_bug_changed():
     right = Formula("square", zoo.Square.apply, "", "", True)
     wrong = Formula("ignores", zoo.SquareIgnoresGradOutput.apply, "", "", False)
     diff = backward_diff(wrong, right)
-    assert "--- square (correct)" in diff and "+++ ignores" in diff
-    assert "-    return 2 * x * g\n" in diff and "+    return 2 * x  # grad_output ignored\n" in diff
+    # the fix: the bug's lines removed (red), the correct ones added (green)
+    assert "--- ignores (buggy)" in diff and "+++ square (correct)" in diff
+    assert "+    return 2 * x * g\n" in diff and "-    return 2 * x  # grad_output ignored\n" in diff
     assert backward_diff(right, right) is None
 
 

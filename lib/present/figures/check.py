@@ -22,6 +22,7 @@ from ...explore.step_sweep import StepSweep
 from ...contract.conformance import Check
 from .style import DIVERGING, KINK, SEQUENTIAL, base_layout, color_for
 from ...engine.signature import name_element, name_index
+from ...engine.tolerances import Tolerances
 
 Pair = tuple[str, str]
 DEFAULT_PAIR: Pair = ("analytic", "reference")
@@ -177,13 +178,27 @@ def gradient_heatmaps(comparison: InputComparison, sources: Sequence[str] = SOUR
     return _scale_note(fig, scale)
 
 
-def error_heatmap(comparison: InputComparison, pair: Pair = DEFAULT_PAIR, relative: bool = False) -> go.Figure:
+def allowed_error(comparison: InputComparison, source: str, tolerances: Tolerances) -> np.ndarray:
+    """Per element, the |error| the verdict's tolerance allows against ``source``'s gradient: atol in
+    units of its largest |element|, plus rtol times the element's own (as the cards' error map)."""
+    truth = np.abs(comparison.gradients[source])
+    finite = np.isfinite(truth)
+    scale = float(truth[finite].max(initial=0.0)) or 1.0
+    return tolerances.atol * scale + tolerances.rtol * np.where(finite, truth, 0.0)
+
+
+def error_heatmap(comparison: InputComparison, pair: Pair = DEFAULT_PAIR, relative: bool = False,
+                  tolerances: Tolerances | None = None) -> go.Figure:
     """The error map of ``pair`` (one of ``lib.engine.report.PAIRS``) on one input: signed a − b on a
     diverging scale centred at 0, or, with ``relative``, log10 of |a − b| / |b| on a sequential
-    scale. The worst element (largest |a − b|, or largest relative error) is marked."""
+    scale. The worst element (largest |a − b|, or largest relative error) is marked. With the
+    verdict's ``tolerances`` the colours span at least what they allow: errors within them (rounding
+    noise beside a right formula) are pale, not painted in the scale's strongest colours."""
     a, b = pair
     errors = comparison.errors[pair]
     name = comparison.name
+    allowed = allowed_error(comparison, b, tolerances) if tolerances is not None else None
+    bound = float(np.nanmax(allowed)) if allowed is not None and allowed.size else 0.0
     if relative:
         measure = np.where(np.isfinite(errors.relative), errors.relative, np.nan)
         shown = np.log10(np.maximum(measure, RELATIVE_FLOOR))  # exact matches would be log10(0) = −inf
@@ -198,6 +213,11 @@ def error_heatmap(comparison: InputComparison, pair: Pair = DEFAULT_PAIR, relati
         )  # fmt: skip
         what, marker_name = f"relative error |{a} − {b}| / |{b}|, log10 colour", "worst relative error"
         peak = f"max {errors.max_rel:.3g}"
+        if allowed is not None:  # from exact (the floor) to at least the tolerance's relative error
+            with np.errstate(divide="ignore", invalid="ignore"):
+                within = np.log10(np.nanmax(np.where(finite, allowed / np.abs(comparison.gradients[b]), np.nan)))
+            top = float(np.nanmax(np.where(np.isfinite(shown), shown, np.nan))) if np.isfinite(shown).any() else within
+            heatmap.update(zmin=math.log10(RELATIVE_FLOOR), zmax=max(top, within) if np.isfinite(within) else None)
     else:
         measure, worst = errors.signed, errors.worst
         z, text, x_title, y_title = grid_of(errors.signed, name)
@@ -207,6 +227,9 @@ def error_heatmap(comparison: InputComparison, pair: Pair = DEFAULT_PAIR, relati
             hovertemplate=f"{_where(name, errors.signed.ndim)}<br>{a} − {b}: %{{z:.6g}}<extra></extra>",
         )  # fmt: skip
         what, marker_name, peak = f"signed error {a} − {b}", f"worst |{a} − {b}|", f"max |·| {errors.max_abs:.3g}"
+        if bound > 0:  # symmetric about 0, out to the tolerance at least
+            reach = max(bound, float(np.nan_to_num(errors.max_abs, nan=0.0, posinf=bound)))
+            heatmap.update(zmin=-reach, zmax=reach)
     fig = go.Figure(heatmap)
     if worst is not None:
         row, col = np.unravel_index(np.ravel_multi_index(worst, errors.signed.shape), z.shape)
@@ -221,6 +244,8 @@ def error_heatmap(comparison: InputComparison, pair: Pair = DEFAULT_PAIR, relati
             )
         )  # fmt: skip
     blank = int(np.isnan(z).sum())
+    if bound > 0:
+        peak += f"; pale within the tolerance, ±{bound:.2g}" if not relative else "; pale well within the tolerance"
     base_layout(fig, f"{name}: {what} ({peak}){_blank_note(blank)}", x_title, y_title, showlegend=True)
     fig.update_layout(**LEGEND_BELOW)
     _mark_kinks(fig, comparison, z.shape)

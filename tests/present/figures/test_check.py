@@ -12,6 +12,7 @@ from gradient_lab.explore.step_sweep import step_sweep
 from gradient_lab.contract.conformance import Check
 from gradient_lab.app.family import get_family
 from gradient_lab.present.figures.check import (
+    allowed_error,
     STATUS_FILL,
     conformance_table,
     error_heatmap,
@@ -153,6 +154,20 @@ def test_relative_error_heatmap_is_log10_with_its_worst_marked(tutorial):
     (marker,) = [t for t in fig.data if isinstance(t, go.Scatter)]
     row, col = np.unravel_index(np.argmax(m.relative), m.relative.shape)
     assert (marker.x[0], marker.y[0]) == (col, row)
+
+
+def test_beside_a_right_formula_the_error_maps_rounding_noise_is_pale_on_the_tolerances_scale(corrected, tutorial):
+    c = corrected.input("x1")
+    m, allowed = c.errors[AR], allowed_error(c, "reference", corrected.tolerances)
+    (heat,) = heatmaps(error_heatmap(c, AR, tolerances=corrected.tolerances))
+    assert m.max_abs < 1e-3 * allowed.max()  # rounding noise, far within the tolerance
+    assert heat.zmax == pytest.approx(allowed.max()) and heat.zmin == -heat.zmax  # so it sits in the scale's pale middle
+    (relative,) = heatmaps(error_heatmap(c, AR, relative=True, tolerances=corrected.tolerances))
+    assert relative.zmax > float(np.nanmax(np.asarray(relative.z, dtype=float))) + 2  # decades below the top colour
+    # a wrong formula's error is beyond the tolerance: the scale is its own
+    wrong = tutorial.input("x1")
+    (heat,) = heatmaps(error_heatmap(wrong, AR, tolerances=tutorial.tolerances))
+    assert heat.zmax == pytest.approx(wrong.errors[AR].max_abs)
 
 
 def test_error_heatmap_leaves_nan_blank_and_counts_it():
