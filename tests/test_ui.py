@@ -156,3 +156,27 @@ def test_the_warmed_server_answers_home_at_defaults_without_checking_again(monke
     app(seed=3)  # any other case is checked when asked
     assert {formula for _, formula in checked} == {"tutorial", "sign-fixed", "corrected"}
     st.cache_data.clear()
+
+
+# ---- how long the same work took: what a spinner announces ------------------------------------------------------
+
+
+def test_a_spinner_expects_what_the_same_work_took_at_another_draw_and_guesses_from_another_formula():
+    from dataclasses import replace
+
+    from gradient_lab.app import views
+    from gradient_lab.app.case import Case
+    from gradient_lab.explore.perturb import Perturbation
+
+    from gradient_lab.ui.compute import _Durations
+
+    durations = _Durations()
+    case = Case(shape=(512, 512))
+    durations.record(views.gradient_report, (case, "tutorial"), 7.0)
+    redrawn = replace(case, seed=5, perturbation=Perturbation(noise1=0.1))
+    assert durations.expected(views.gradient_report, (redrawn, "tutorial")) == 7.0  # another draw: the same work
+    assert durations.expected(views.gradient_report, (redrawn, "corrected")) == 7.0  # another formula of the case: a guess
+    assert durations.expected(views.gradient_report, (replace(case, shape=(8, 16)), "tutorial")) is None  # another size
+    assert durations.expected(views.first_verdict, (case, "tutorial")) is None  # other work
+    durations.record(views.gradient_report, (case, "tutorial"), 0.01)  # answered by the cache: not the work's time
+    assert durations.expected(views.gradient_report, (case, "tutorial")) == 7.0

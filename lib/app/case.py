@@ -6,7 +6,7 @@ It is what caches key on and what a shared link carries, and it builds the view'
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -47,6 +47,11 @@ class Case:
 
     def param_values(self) -> dict[str, float | int]:
         return {**self.get_family().params, **dict(self.params)}
+
+    def cost(self) -> Case:
+        """This case with what does not change the work left out (the seed, the perturbation): the
+        key under which the dashboard remembers how long its work took."""
+        return replace(self, seed=0, perturbation=Perturbation())
 
     def options(self) -> CheckOptions:
         """The check's options this case sets (the rest are ``CheckOptions``'s defaults)."""

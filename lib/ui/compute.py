@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import pickle
 import threading
+import time
 import traceback
 from collections import OrderedDict
 from contextlib import contextmanager
@@ -185,18 +186,63 @@ def _progress(bar, what: str) -> Callable[[float], None]:
 
 
 def compute(fn: Callable[..., Any], *args: Any, what: str = "Computing…") -> Any | None:
-    """``fn(*args)`` from ``lib.app.views``, cached by its plain arguments, with a spinner and a
-    progress bar; a LabError or any failure becomes a message on the page and None."""
+    """``fn(*args)`` from ``lib.app.views``, cached by its plain arguments, with a spinner that
+    counts the seconds (and says how many to expect where the same work took several before) and
+    a progress bar; a LabError or any failure becomes a message on the page and None."""
     with guard(what.rstrip("…")):
         bar = st.empty()
+        expected = _DURATIONS.expected(fn, args)
+        told = what if expected is None else f"{what} (about {expected:.0f} s, as the same work took before)"
+        start = time.perf_counter()
         try:
-            with st.spinner(what), listening(_progress(bar, what)):
+            with st.spinner(told, show_time=True), listening(_progress(bar, told)):
                 result = cached(fn)(*args)
         finally:
             _RELEASE(always=True)  # what the computation freed, before the page draws
+        _DURATIONS.record(fn, args, time.perf_counter() - start)
         bar.empty()
         return result
     return None
+
+
+class _Durations:
+    """How long each kind of work took last: by function and its arguments with every Case made
+    seed- and perturbation-free (``Case.cost``: another draw at the same size costs the same), and by
+    function and Case alone (another formula of the same case: a first guess). Only work that took
+    ``WORTH_SAYING`` or more is remembered; it is what a spinner announces."""
+
+    WORTH_SAYING = 3.0  # seconds
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seconds: OrderedDict[Hashable, float] = OrderedDict()
+
+    @staticmethod
+    def _keys(fn: Callable[..., Any], args: tuple) -> tuple[Hashable, ...]:
+        costs = tuple(a.cost() if hasattr(a, "cost") else a for a in args)
+        try:
+            hash(costs)
+        except TypeError:
+            costs = tuple(repr(c) for c in costs)
+        cases = tuple(c for c in costs if hasattr(c, "cost"))
+        return ((fn, costs), (fn, cases)) if cases and len(cases) < len(costs) else ((fn, costs),)
+
+    def expected(self, fn: Callable[..., Any], args: tuple) -> float | None:
+        with self._lock:
+            return next((self._seconds[key] for key in self._keys(fn, args) if key in self._seconds), None)
+
+    def record(self, fn: Callable[..., Any], args: tuple, seconds: float) -> None:
+        if seconds < self.WORTH_SAYING:  # quick, or answered by the cache: nothing worth announcing
+            return
+        with self._lock:
+            for key in self._keys(fn, args):
+                self._seconds[key] = seconds
+                self._seconds.move_to_end(key)
+            while len(self._seconds) > 256:
+                self._seconds.popitem(last=False)
+
+
+_DURATIONS = _Durations()
 
 
 @contextmanager
