@@ -6,7 +6,7 @@ import pytest
 
 from gradient_lab.app import views
 from gradient_lab.app.devices import device_problem
-from tests.pages.conftest import app
+from tests.pages.conftest import app, messages
 
 PAGE = "pages/1_Gradient_check.py"
 
@@ -252,3 +252,9 @@ def test_at_a_large_shape_the_script_shown_leaves_the_data_to_the_download():
     small = app(PAGE)
     (code,) = [c.value for c in small.code if "Gradient Lab's check" in c.value]
     assert "the data, embedded in the downloaded script" not in code  # a small case's script is whole on the page
+
+
+def test_at_4096_by_4096_the_page_refuses_in_words_without_an_exception():
+    at = app(PAGE, rows="4096", features="4096")
+    assert not at.exception and not [e for e in at.error if e.icon == "🛑"]  # no crash, caught or not
+    assert any("up to 262,144 elements" in m and "16,777,216" in m for m in messages(at))
