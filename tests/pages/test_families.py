@@ -85,7 +85,8 @@ def test_the_home_page_shows_the_buggy_backward_as_a_diff(user_families, monkeyp
     monkeypatch.setenv("GRADIENT_LAB_FUNCTIONS", ",".join(MODULES))
     at = app(family="pairwise", **SMALL)
     diffs = [c.value for c in at.main.code if c.language == "diff"]
-    assert len(diffs) == 1 and "-    return g * b, g * a\n" in diffs[0] and "+    return g * b, g * b" in diffs[0]
+    # the fix: the bug's line removed, the correct one added
+    assert len(diffs) == 1 and "+    return g * b, g * a" in diffs[0] and "-    return g * b, g * b" in diffs[0]
     assert not [h.value for h in at.main.markdown if h.value.strip() in ("**What it should compute**",)]
 
 
