@@ -16,6 +16,7 @@ from typing import Sequence
 import torch
 
 from . import budget
+from ..engine.at_scale import at_scale, sampled_bytes
 from ..engine.diagnosis import MAX_ENTRIES_BY_HAND
 from ..engine.evaluate import DEFAULT_BUDGET_BYTES, MAX_SECOND_LOOK
 from ..engine.pipeline import DEFAULT_JACOBIAN_LIMIT, Problem, plan
@@ -92,6 +93,11 @@ def require_report_memory(problem: Problem, tolerances: Tolerances, what: str, h
     outputs = _output_elements(reference or problem.function, inputs)
     if outputs is None or (reference is not None and _output_elements(problem.function, inputs) is None):
         return None  # the formula or the reference raises: the engine says so, and builds no Jacobian
+
+    if at_scale(inputs):  # the verdict samples: no plan, no Jacobian; its products grow with the elements
+        budget.require(held + sampled_bytes(sizes, outputs, inputs[0].element_size() if inputs else 8),
+                       f"{what} (sampled at scale)", "Choose a smaller shape.")
+        return None
 
     def need(entries) -> float:
         return held + report_estimate(sizes, outputs, entries).peak

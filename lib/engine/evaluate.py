@@ -399,6 +399,8 @@ def numerical_gradient(
     feed such an output are NaN: where the pattern says so, or every element when no pattern
     is known (any of them may feed it). Both paths follow one rule, so a verdict does not change
     with the plan."""
+    if plan.sampled:  # at scale nothing is differenced by groups: no numerical gradient (NaN: no truth there)
+        return np.full(tuple(inputs[plan.input_index].shape), np.nan)
     v = upstream.detach().double().cpu().reshape(-1).numpy()
     values = jacobian_values(function, inputs, plan, step, budget_bytes)
     # without a pattern, every element may feed an undefined output

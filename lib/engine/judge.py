@@ -111,6 +111,7 @@ class Coverage:
     kinks: tuple[str, ...] = ()  # elements where the function has a kink: judged against their one-sided slopes
     role: str = "reference"  # what the reference is: "reference", or "surrogate" (the declared intended gradient)
     unreproduced: tuple[str, ...] = ()  # inputs whose reference Jacobian did not reproduce finite differences: not a truth there
+    sampled: tuple[int, ...] = ()  # at scale (``at_scale``): per input, the elements whose gradient was judged under every probe; () whole
 
     def judged_by_reference(self, name: str) -> bool:
         """Whether input ``name`` was judged by the reference (or the declared surrogate)."""
@@ -123,6 +124,20 @@ class Coverage:
         gradcheck judges it."""
         return self.compared == 0 and self.probed == 0 and self.entries > 0
 
+    def _describe_sampled(self) -> str:
+        """At scale: what the samples covered, in numbers."""
+        elements = sum(self.sampled)
+        whose = "every input element's gradient" if "reference" in self.truths else f"{elements:,} sampled input elements' gradients"
+        rows = f", {self.compared:,} Jacobian entries of sampled output rows one by one" if self.compared else ""
+        text = (f"{whose} under {self.probes} random upstream gradients ({self.probed:,} values){rows}, and every element together "
+                f"along a random direction, of {self.entries:,} entries in all (sampled at scale: the whole Jacobian is not read)")
+        against = " and ".join(TRUTH_WORDS[self.role if t == "reference" else t] for t in self.truths)
+        text += f", against {against}"
+        if self.unreproduced:
+            text += (f"; autograd through the reference is not a truth for {' and '.join(self.unreproduced)}: it did not reproduce "
+                     "finite differences of the formula's forward along random directions at this point")
+        return text
+
     def describe(self) -> str:
         rest = self.entries - self.structural
         how = f"by {self.backward_calls:,} backward call{'s' * (self.backward_calls != 1)} and {self.forward_evaluations:,} forward evaluations"
@@ -130,6 +145,8 @@ class Coverage:
                 f"{self.compared:,} of the {self.structural:,} structurally nonzero ones")
         if self.entries == 0:
             return "the Jacobian has no entries (an input or the output is empty): nothing to compare, so nothing is wrong"
+        if self.sampled:
+            return self._describe_sampled()
         if self.structural == 0 and not self.partial:  # the truth is zero everywhere: nothing to compare one by one
             text = f"all {self.entries:,} Jacobian entries, every one zero in the truth, by {self.probes} random probes"
         elif self.partial:
@@ -383,7 +400,7 @@ def check_jacobian(
     if not partial:
         analytic = _backward(compressed_entries, function, inputs, patterns, colors, skip, shape, budget_bytes, graph=graph)
         entries = _entries(names, inputs, patterns, truths, analytic, skip, noises)
-        scales = _floored([truth_scale(_truths(e.values)) for e in entries], graph[1], inputs)  # the truths' own: the same for both passes
+        scales = floored([truth_scale(_truths(e.values)) for e in entries], graph[1], inputs)  # the truths' own: the same for both passes
         judged = [compare_entries(e.values["analytic"], _truths(e.values), tolerances, e.noises, scale) for e, scale in zip(entries, scales)]
         if any(j.failed for j in judged):  # a failure must hold with plain calls, not only under vmap
             analytic = _backward(compressed_entries, function, inputs, patterns, colors, skip, shape, budget_bytes, batched=False, graph=graph)
@@ -427,7 +444,7 @@ def check_jacobian(
         scales = [None] * len(inputs)
     probes_judged = [[compare_entries(p.products["analytic"][i], _probe_truths(p, i), tolerances, probe_noise(k, i), scales[i])
                       for i in range(len(inputs))] for k, p in enumerate(probe_list)]
-    finding = (_worst_entry(entries, judged, output_element, tolerances, role, scales)
+    finding = (worst_entry(entries, judged, output_element, tolerances, role, scales)
                or _not_zero(zero, names, inputs, patterns, skip, scales, tolerances))
     linear, located = True, None
     outside = None if finding else _off_pattern(entries, probe_list, tolerances, scales, kink_elements)
@@ -435,7 +452,7 @@ def check_jacobian(
         linear = _backward(_linear, function, inputs, upstreams, tolerances)
         located = _backward(_locate, function, inputs, entries, probe_list, *outside[:2], shape) if linear else None
         finding = _off_pattern_finding(outside, linear, located, output_element, role, probe_list, tolerances)
-    finding = finding or _worst_probe(probe_list, probes_judged, names, inputs, tolerances, scales, role)
+    finding = finding or worst_probe(probe_list, probes_judged, names, inputs, tolerances, scales, role)
     structural = sum(r.size for r, _ in patterns)
     excluded, where = _excluded(entries, judged, output_element)
     probed = sum(int((~j.left_out).sum()) for per_probe in probes_judged for j in per_probe)
@@ -464,7 +481,7 @@ def check_jacobian(
 SCALE_FLOOR = 1e-8  # an input's unit of atol is at least this share of the largest input's: rounding, not a gradient, below it
 
 
-def _floored(scales: list[float], output: Tensor, inputs: Sequence[Tensor]) -> list[float]:
+def floored(scales: list[float], output: Tensor, inputs: Sequence[Tensor]) -> list[float]:
     """Each input's unit of atol (its truth's largest |value|), floored where that Jacobian is
     rounding: at ``SCALE_FLOOR`` of the largest input's (attention weights that underflow to 1e-17),
     and at √eps·max|f| / max|x|, the size a gradient's rounding takes (the cosine of parallel
@@ -803,7 +820,7 @@ def _entry_name(e: InputEntries, k: int, output_element: Callable[[int], str]) -
     return f"∂{output_element(int(e.rows[k]))} / ∂{name_element(e.name, e.shape, int(e.cols[k]))}"
 
 
-def _worst_entry(entries: Sequence[InputEntries], judged, output_element: Callable[[int], str], tolerances: Tolerances,
+def worst_entry(entries: Sequence[InputEntries], judged, output_element: Callable[[int], str], tolerances: Tolerances,
                  role: str = "reference", scales: Sequence[float | None] = ()) -> Finding | None:
     worst = None
     for index, judgement in enumerate(judged):
@@ -832,7 +849,7 @@ def _entries_evidence(e: InputEntries, judgement: Judgement, against: str, scale
                     scale if scale is not None else truth_scale(truths))
 
 
-def _worst_probe(probes: Sequence[Probe], judged, names, inputs, tolerances: Tolerances, scales: Sequence[float | None],
+def worst_probe(probes: Sequence[Probe], judged, names, inputs, tolerances: Tolerances, scales: Sequence[float | None],
                  role: str = "reference") -> Finding | None:
     worst = None
     for number, (probe, per_input) in enumerate(zip(probes, judged), 1):

@@ -25,6 +25,7 @@ from .planning import DifferencePlan, plan
 from .precision import is_low, judge_values, upcast
 from .report import PAIRS, Failure, GradientReport, InputComparison, Verdict, error_map, non_finite
 from .signature import Signature, read_signature
+from .at_scale import at_scale, check_at_scale, sampled_plans
 from .stages import STAGES, FirstOrder
 from .tolerances import Tolerances, default_tolerances
 from ..errors import FormulaError, LabError
@@ -363,7 +364,9 @@ def evaluate(problem: Problem, tolerances: Tolerances, plans: Sequence[Differenc
     if failure is None:
         analytic, failure = _analytic(run, inputs, drawn)
         analytic = analytic if analytic is not None else blank
-    if failure is None:
+    if failure is None and at_scale(inputs):  # the verdict samples: no plan, nothing differenced by groups
+        plans = sampled_plans(inputs, output.numel())
+    elif failure is None:
         plans = list(plans) if plans is not None else plan(problem, tolerances, budget_bytes=budget_bytes, work_limit=work_limit)
         require_work(plans, inputs, 1, work_limit)
         plans = [with_values(run, inputs, p, budget_bytes) for p in plans]  # the maps draw the numerical gradient too
@@ -455,7 +458,13 @@ def first_order(problem: Problem, options: CheckOptions, plans: Sequence[Differe
     if isinstance(e, Failure):
         return FirstOrder(**common, evaluation=None, jacobian=None, comparisons=(), drawn=None, raised=e)
     jacobian = None
-    if e.failure is None:  # judge
+    if e.failure is None and any(p.sampled for p in e.plans):  # judge, at scale
+        try:
+            jacobian = check_at_scale(checked.function, checked.reference, checked.inputs, checked.names, tolerances, seed=options.seed,
+                                      output_element=checked.output_element, role=checked.role)
+        except FormulaError as error:
+            e = replace(e, failure=Failure.of("backward", error, when="given other upstream gradients"))
+    elif e.failure is None:  # judge
         try:
             jacobian = check_jacobian(checked.function, checked.reference, checked.inputs, checked.names, e.plans, tolerances, seed=options.seed,
                                       budget_bytes=options.budget_bytes, work_limit=options.work_limit,

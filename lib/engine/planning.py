@@ -59,6 +59,7 @@ class DifferencePlan:
     directions: tuple[np.ndarray, ...] = ()  # random ±1 directions (flat) ...
     along: tuple[np.ndarray, ...] = ()  # ... and the plain central differences along them (outputs)
     tolerance: tuple[float, float] = (1e-5, 1e-3)  # (atol, rtol) of those checks: the verdict's
+    sampled: bool = False  # at scale (``at_scale``): no pattern read and nothing differenced by groups; the verdict samples
 
     @property
     def structured(self) -> bool:
@@ -71,8 +72,9 @@ class DifferencePlan:
     @property
     def evaluations(self) -> int:
         """Forward evaluations of the function for the numerical Jacobian: two per group
-        (central differences), and two per random direction of the check."""
-        return 2 * self.n_groups + 2 * len(self.directions)
+        (central differences), and two per random direction of the check; none at scale (the
+        sampled verdict counts its own)."""
+        return 0 if self.sampled else 2 * self.n_groups + 2 * len(self.directions)
 
 
 def jacobian_rows(function: Callable[..., Tensor], inputs: Sequence[Tensor], budget_bytes: int) -> Iterator[tuple[int, list[Tensor]]]:

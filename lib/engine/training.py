@@ -174,7 +174,8 @@ class Stage:
     name = "training"
 
     def applies(self, first: FirstOrder, options: CheckOptions, earlier: Mapping[str, Any]) -> bool:
-        return options.training > 0 and first.judged and bool(first.exact.inputs)
+        # at scale (a sampled verdict) each step is a pass over millions of elements: the steps would cost many verdicts
+        return options.training > 0 and first.judged and bool(first.exact.inputs) and not any(p.sampled for p in first.plans)
 
     def run(self, first: FirstOrder, options: CheckOptions, earlier: Mapping[str, Any]) -> Training | None:
         found = self._paths(first, options)

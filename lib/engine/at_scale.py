@@ -1,0 +1,231 @@
+"""Judge, at scale: where reading the whole Jacobian is not affordable, a stated verdict from
+samples whose cost grows with the elements, as gradcheck's fast mode does.
+
+- Every input element's gradient under ``UPSTREAMS`` random upstream vectors u, uᵀJ by the
+  formula's backward against the truth's, element by element: autograd through the reference,
+  which must first reproduce finite differences along random directions d (uᵀ·f'(x)d against
+  (uᵀJ)·d, as gradcheck's fast mode checks the formula). A local bug (one element 1 % off, one row
+  reading another's upstream, a transposed weight gradient) shows in its own elements, where fast
+  gradcheck's one scalar dilutes it.
+- ``ROWS`` output elements' Jacobian rows, entry by entry (a one-hot upstream each).
+- Without a reference (or one that does not reproduce the differences): each of ``COLUMNS``
+  sampled input elements per input differenced alone (its column of J), which gives the truth of
+  every uᵀJ at that element; and every element together along the random directions.
+- A zero upstream must give exactly 0.
+
+What was covered is said in numbers (``Coverage.sampled``). Memory is a few copies of the inputs and
+outputs per upstream, never a Jacobian."""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from .evaluate import forward_graph, vector_jacobian_products
+from .finding import Evidence, Finding
+from .judge import FOREIGN_GAP, Coverage, InputEntries, JacobianVerdict, Probe, compare_entries, floored, worst_entry, worst_probe
+from .planning import DifferencePlan
+from .signature import name_element
+from .tolerances import Tolerances
+
+Tensor = torch.Tensor
+
+SCALE_ELEMENTS = 2**16  # input elements in all from which a verdict samples instead of reading the whole Jacobian
+UPSTREAMS = 8  # random upstream vectors, every element's gradient compared under each
+ROWS = 4  # output elements whose Jacobian rows are compared entry by entry (a backward call each)
+COLUMNS = 32  # without a reference: input elements per input differenced alone
+
+
+def at_scale(inputs: Sequence[Tensor]) -> bool:
+    """Whether the verdict samples: the inputs hold ``SCALE_ELEMENTS`` or more elements in all."""
+    return sum(x.numel() for x in inputs) >= SCALE_ELEMENTS
+
+
+def sampled_bytes(sizes: Sequence[int], outputs: int, itemsize: int = 8) -> int:
+    """What a sampled verdict holds at its peak, about: per upstream and sampled row, the upstream and
+    both sides' products (the formula's and the truth's, float64), the maps' gradients and errors, and
+    the inputs moved along their directions."""
+    elements = sum(sizes)
+    per_vector = 8 * (outputs + 2 * elements)
+    return (UPSTREAMS + 2 * ROWS + 2) * per_vector + 16 * 8 * elements + 4 * itemsize * (elements + outputs)
+
+
+def sampled_plans(inputs: Sequence[Tensor], n_outputs: int) -> list[DifferencePlan]:
+    """The plans a sampled verdict stands on: no pattern read, nothing differenced by groups."""
+    return [DifferencePlan(i, x.numel(), n_outputs, None, None, None, "sampled at scale (no pattern read)", sampled=True)
+            for i, x in enumerate(inputs)]
+
+
+def check_at_scale(function: Callable[..., Tensor], reference: Callable[..., Tensor] | None, inputs: Sequence[Tensor],
+                   names: Sequence[str], tolerances: Tolerances, *, seed: int = 0,
+                   output_element: Callable[[int], str] | None = None, role: str = "reference") -> JacobianVerdict:
+    """The sampled verdict (see the module's docstring)."""
+    graph = forward_graph(function, inputs)
+    y = graph[1]
+    shape, m = tuple(y.shape), y.numel()
+    output_element = output_element or (lambda flat: name_element("out", shape, flat))
+    generator = torch.Generator().manual_seed(seed + 7919)
+    # drawn in float32 (four times faster at millions of elements), then held in float64
+    upstreams = torch.randn((UPSTREAMS, *shape), generator=generator, dtype=torch.float32).double()
+    rows = torch.randperm(m, generator=generator)[: min(ROWS, m)].sort().values
+    one_hot = torch.zeros((rows.numel(), m), dtype=torch.float64)
+    one_hot[torch.arange(rows.numel()), rows] = 1.0
+    one_hot = one_hot.reshape(rows.numel(), *shape)
+    analytic = vector_jacobian_products(function, inputs, upstreams, batched=False, graph=graph)
+    analytic_rows = vector_jacobian_products(function, inputs, one_hot, batched=False, graph=graph)
+    zero = [p[0].numpy() for p in vector_jacobian_products(function, inputs, torch.zeros((1, *shape), dtype=torch.float64),
+                                                           batched=False, graph=graph)]
+    del graph
+    directions = [torch.randn(x.shape, generator=generator, dtype=torch.float32).to(x) for x in inputs]
+    along = _along(function, inputs, directions, tolerances.step)  # f'(x)·d, every element moved together
+    truths: list[dict[str, np.ndarray]] = [{} for _ in inputs]  # per input and probe
+    trusted, reference_rows = False, None
+    if reference is not None:
+        by_reference = vector_jacobian_products(reference, inputs, upstreams, batched=True)
+        trusted = role == "surrogate" or _reproduces(by_reference, directions, along, upstreams)
+        if trusted:
+            reference_rows = vector_jacobian_products(reference, inputs, one_hot, batched=True)
+            for i in range(len(inputs)):
+                truths[i]["reference"] = by_reference[i].numpy()
+    sampled: list[np.ndarray] = [np.zeros(0, dtype=np.int64)] * len(inputs)
+    columns: list[np.ndarray] = [np.zeros((m, 0))] * len(inputs)
+    if not trusted and role != "surrogate":  # columns differenced alone: the truth at those elements
+        sampled, columns = _columns(function, inputs, tolerances.step, seed)
+        for i, (elements, block) in enumerate(zip(sampled, columns)):
+            numerical = np.full((UPSTREAMS, inputs[i].numel()), np.nan)
+            numerical[:, elements] = upstreams.reshape(UPSTREAMS, -1).numpy() @ block
+            truths[i]["numerical"] = numerical
+    entries = _row_entries(names, inputs, rows.numpy(), analytic_rows, reference_rows)
+    scales = floored([_entry_scale(e, block) for e, block in zip(entries, columns)], y, inputs)
+    judged = [compare_entries(e.values["analytic"], {k: v for k, v in e.values.items() if k != "analytic"}, tolerances, scale=s)
+              for e, s in zip(entries, scales)]
+    flat_u = upstreams.reshape(UPSTREAMS, -1).numpy()
+    probes = tuple(Probe(flat_u[k], {"analytic": tuple(analytic[i][k].numpy() for i in range(len(inputs))),
+                                     **{source: tuple(truths[i][source][k] for i in range(len(inputs)))
+                                        for source in ("reference", "numerical") if all(source in t for t in truths)}})
+                   for k in range(UPSTREAMS))
+    probes_judged = [[compare_entries(p.products["analytic"][i], {s: p.products[s][i] for s in p.products if s != "analytic"},
+                                      tolerances, scale=scales[i]) for i in range(len(inputs))] for p in probes]
+    finding = (worst_entry(entries, judged, output_element, tolerances, role, scales)
+               or _not_zero(zero, names, inputs, scales, tolerances)
+               or worst_probe(probes, probes_judged, names, inputs, tolerances, scales, role)
+               or _directional(analytic, directions, along, upstreams, names, inputs, tolerances))
+    compared = sum(int((~j.left_out).sum()) for j in judged)
+    probed = sum(int((~j.left_out).sum()) for per_probe in probes_judged for j in per_probe)
+    truth_names = ("reference",) if trusted else ("numerical",)
+    coverage = Coverage(
+        entries=m * sum(x.numel() for x in inputs), structural=compared, compared=compared, excluded=0, excluded_where=(),
+        backward_calls=UPSTREAMS + rows.numel() + 1, forward_evaluations=2 * len(inputs) + 2 * sum(e.size for e in sampled),
+        probes=UPSTREAMS, probed=probed, pattern_source="sampled at scale", truths=truth_names, role=role,
+        unreproduced=tuple(names) if reference is not None and not trusted else (),
+        sampled=tuple(int(e.size) for e in sampled) if not trusted else tuple(x.numel() for x in inputs),
+    )
+    return JacobianVerdict(finding is None and not coverage.empty, finding, coverage, tuple(entries), probes, tuple(zero), shape,
+                           scales=tuple(scales))
+
+
+def _along(function, inputs: Sequence[Tensor], directions: Sequence[Tensor], step: float) -> list[np.ndarray]:
+    """(f(x + h·d) − f(x − h·d)) / 2h for each input's random direction d (the others held): the
+    formula's forward differenced along it, flat."""
+    found = []
+    with torch.no_grad():
+        for i, d in enumerate(directions):
+            plus, minus = function(*_moved(inputs, i, step * d)), function(*_moved(inputs, i, -step * d))
+            found.append(((plus - minus) / (2 * step)).detach().double().cpu().reshape(-1).numpy())
+    return found
+
+
+def _moved(inputs: Sequence[Tensor], index: int, shift: Tensor) -> list[Tensor]:
+    return [x + shift if j == index else x for j, x in enumerate(inputs)]
+
+
+def _reproduces(products: Sequence[Tensor], directions, along, upstreams: Tensor) -> bool:
+    """Whether the reference's uᵀJ reproduce the differences along each direction: (uᵀJ)·d against
+    uᵀ(f'(x)d), within ``FOREIGN_GAP`` of their size (else it is the gradient of another function)."""
+    flat_u = upstreams.reshape(upstreams.shape[0], -1).numpy()
+    for product, d, moved in zip(products, directions, along):
+        mine = product.numpy() @ d.detach().double().cpu().reshape(-1).numpy()
+        theirs = flat_u @ moved
+        size = max(float(np.abs(theirs).max(initial=0.0)), float(np.abs(mine).max(initial=0.0)))
+        if not np.all(np.isfinite(mine)) or not np.all(np.isfinite(theirs)):
+            return False
+        if size > 0 and float(np.abs(mine - theirs).max()) > FOREIGN_GAP * size:
+            return False
+    return True
+
+
+def _columns(function, inputs: Sequence[Tensor], step: float, seed: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Per input, ``COLUMNS`` sampled elements and their columns of J by central differences,
+    (outputs, sampled) each."""
+    generator = torch.Generator().manual_seed(seed + 104729)
+    elements, columns = [], []
+    with torch.no_grad():
+        for i, x in enumerate(inputs):
+            chosen = torch.randperm(x.numel(), generator=generator)[: min(COLUMNS, x.numel())].sort().values
+            block = []
+            for c in chosen.tolist():
+                e = torch.zeros(x.numel(), dtype=x.dtype, device=x.device)
+                e[c] = step
+                e = e.reshape(x.shape)
+                block.append(((function(*_moved(inputs, i, e)) - function(*_moved(inputs, i, -e))) / (2 * step)).double().cpu().reshape(-1).numpy())
+            elements.append(chosen.numpy().astype(np.int64))
+            columns.append(np.stack(block, axis=1) if block else np.zeros((0, 0)))
+    return elements, columns
+
+
+def _row_entries(names, inputs, rows: np.ndarray, analytic: Sequence[Tensor], reference: Sequence[Tensor] | None) -> list[InputEntries]:
+    """The sampled rows' entries per input where either side is not 0, with the reference's beside
+    the formula's where it is a truth."""
+    found = []
+    for i, (name, x) in enumerate(zip(names, inputs)):
+        if reference is None:  # no truth for a row without a reference: none compared
+            empty = np.zeros(0, dtype=np.int64)
+            found.append(InputEntries(name, tuple(x.shape), empty, empty, {"analytic": np.zeros(0), "numerical": np.zeros(0)}))
+            continue
+        mine, theirs = analytic[i].numpy(), reference[i].numpy()
+        r, c = np.nonzero((mine != 0) | (theirs != 0))
+        found.append(InputEntries(name, tuple(x.shape), rows[r].astype(np.int64), c.astype(np.int64),
+                                  {"analytic": mine[r, c], "reference": theirs[r, c]}))
+    return found
+
+
+def _entry_scale(entries: InputEntries, columns: np.ndarray) -> float:
+    """The unit of atol for one input: the largest |true entry| seen, of the sampled rows by the
+    reference or of the sampled columns by differences (1 where all are 0)."""
+    seen = [entries.values["reference"]] if "reference" in entries.values else []
+    seen.append(columns.reshape(-1))
+    largest = max((float(np.nan_to_num(np.abs(v), nan=0.0, posinf=0.0).max(initial=0.0)) for v in seen), default=0.0)
+    return largest if largest > 0 else 1.0
+
+
+def _not_zero(gradients: Sequence[np.ndarray], names, inputs, scales, tolerances: Tolerances) -> Finding | None:
+    """A backward must give exactly 0 for a zero upstream gradient, as gradcheck requires."""
+    for i, (name, x, gradient) in enumerate(zip(names, inputs, gradients)):
+        wrong = gradient != 0
+        if wrong.any():
+            k = int(np.argmax(np.where(wrong, np.nan_to_num(np.abs(gradient), nan=np.inf), -1.0)))
+            scale = scales[i] if scales[i] is not None else 1.0
+            evidence = Evidence.of_product(name, tuple(x.shape), gradient, np.zeros(gradient.size), wrong, scale)
+            return Finding("zero upstream", name, tuple(x.shape), k, float(gradient[k]), 0.0, upstream=np.zeros(0), tolerances=tolerances,
+                           scale=scale, evidence=(evidence,))
+    return None
+
+
+def _directional(analytic: Sequence[Tensor], directions, along, upstreams: Tensor, names, inputs, tolerances: Tolerances) -> Finding | None:
+    """Every element together, as gradcheck's fast mode: (uᵀJ)·d by the formula against uᵀ(f'(x)d)
+    by differences, per input; a finding where they differ beyond the tolerance (scaled to their size)."""
+    flat_u = upstreams.reshape(upstreams.shape[0], -1).numpy()
+    for name, x, product, d, moved in zip(names, inputs, analytic, directions, along):
+        mine = product.numpy() @ d.detach().double().cpu().reshape(-1).numpy()
+        theirs = flat_u @ moved
+        size = float(np.abs(theirs).max(initial=0.0)) or 1.0
+        gap = np.abs(mine - theirs)
+        allowed = tolerances.atol * size + tolerances.rtol * np.abs(theirs) + math.sqrt(tolerances.step) * size
+        if not np.all(np.isfinite(mine)) or bool((gap > allowed).any()):
+            k = int(np.argmax(np.where(np.isfinite(gap), gap - allowed, np.inf)))
+            return Finding("probe", name, tuple(x.shape), 0, float(mine[k]), float(theirs[k]), "numerical", probe=k + 1,
+                           upstream=flat_u[k], tolerances=tolerances, scale=size)
+    return None

@@ -1,0 +1,145 @@
+"""The verdict at scale: from SCALE_ELEMENTS input elements on, every element's gradient under random
+upstreams against the reference's, sampled rows entry by entry, and the coverage said in numbers.
+Local bugs that gradcheck's fast mode dilutes into one scalar are found at their own element."""
+
+import pytest
+import torch
+
+from gradient_lab.engine.at_scale import SCALE_ELEMENTS, UPSTREAMS
+from gradient_lab.testing import check_gradients
+
+F64 = torch.float64
+FIRST = dict(order=1, conditions="none")
+
+
+class Square(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 2 * x * g
+
+
+class SquareOneElementOff(Square):
+    """One element's gradient 1 % off: fast gradcheck's one projection dilutes it below its rtol."""
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        grad = 2 * x * g
+        grad.view(-1)[5000] *= 1.01
+        return grad
+
+
+class SquareSignFlipped(Square):
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return -2 * x * g
+
+
+class Softmax(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = torch.softmax(x, dim=-1)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return y * (g - (g * y).sum(-1, keepdim=True))
+
+
+class SoftmaxRowReadsItsNeighbour(Softmax):
+    """Row 5 reads row 4's grad_output (a wrong offset in a row-wise kernel)."""
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        g = g.clone()
+        g[5] = g[4]
+        return y * (g - (g * y).sum(-1, keepdim=True))
+
+
+class Linear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return x @ w
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        return g @ w.T, x.T @ g
+
+
+class LinearWeightTransposed(Linear):
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        return g @ w.T, (x.T @ g).T  # the weight's gradient transposed: right shape (w is square), wrong values
+
+
+def randn(*shape, seed=0):
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=F64)
+
+
+X = randn(2**17)  # at the threshold: sampled
+ROWS = randn(256, 512, seed=1)
+XW = (randn(512, 256, seed=2), randn(256, 256, seed=3) / 16)
+
+
+def test_a_right_elementwise_function_passes_with_its_coverage_in_numbers():
+    assert X.numel() >= SCALE_ELEMENTS
+    report = check_gradients(Square.apply, (X,), reference=lambda x: x * x, **FIRST)
+    coverage = report.jacobian.coverage
+    assert report.verdict.passed and coverage.sampled == (X.numel(),) and coverage.probes == UPSTREAMS
+    assert coverage.probed == UPSTREAMS * X.numel()  # every element's gradient under every upstream
+    assert "every input element's gradient under 8 random upstream gradients" in report.verdict.summary
+    assert coverage.entries == X.numel() ** 2  # of the whole Jacobian, said as what it is
+
+
+def test_below_the_threshold_the_whole_jacobian_is_still_read():
+    small = X[: SCALE_ELEMENTS // 2]
+    report = check_gradients(Square.apply, (small,), reference=lambda x: x * x, **FIRST)
+    assert report.verdict.passed and report.jacobian.coverage.sampled == () and report.jacobian.coverage.compared == small.numel()
+
+
+@pytest.mark.parametrize("function, inputs, reference, wrong_input, where", [
+    (SquareOneElementOff, (X,), lambda x: x * x, "x", lambda element, shape: element == 5000),
+    (SoftmaxRowReadsItsNeighbour, (ROWS,), lambda x: torch.softmax(x, -1), "x", lambda element, shape: element // shape[1] == 5),
+    (LinearWeightTransposed, XW, lambda x, w: x @ w, "x2", lambda element, shape: True),  # the second input: w
+], ids=["one element 1% off", "a row reads its neighbour's grad_output", "a transposed weight gradient"])
+def test_a_local_bug_is_found_at_its_own_element(function, inputs, reference, wrong_input, where):
+    report = check_gradients(function.apply, inputs, reference=reference, **FIRST)
+    found = report.verdict.found
+    assert not report.verdict.passed and report.jacobian.coverage.sampled
+    assert found is not None and found.input == wrong_input and where(found.element, found.shape), report.verdict.summary
+    right = {SquareOneElementOff: Square, SoftmaxRowReadsItsNeighbour: Softmax, LinearWeightTransposed: Linear}[function]
+    assert check_gradients(right.apply, inputs, reference=reference, **FIRST).verdict.passed  # its right twin passes
+
+
+def test_fast_gradcheck_dilutes_the_one_element_bug_that_the_sampled_verdict_finds():
+    x = X.clone().requires_grad_()
+    torch.manual_seed(0)
+    assert torch.autograd.gradcheck(SquareOneElementOff.apply, (x,), fast_mode=True, raise_exception=False)
+    assert not check_gradients(SquareOneElementOff.apply, (X,), reference=lambda x: x * x, **FIRST).verdict.passed
+
+
+def test_without_a_reference_sampled_columns_and_a_direction_judge_it():
+    right = check_gradients(Square.apply, (X,), **FIRST)
+    assert right.verdict.passed and right.jacobian.coverage.truths == ("numerical",)
+    assert 0 < right.jacobian.coverage.sampled[0] < X.numel()  # sampled elements, said as such
+    assert "sampled input elements' gradients" in right.verdict.summary
+    assert not check_gradients(SquareSignFlipped.apply, (X,), **FIRST).verdict.passed
+
+
+def test_a_reference_that_is_not_the_forwards_derivative_is_no_truth_at_scale():
+    report = check_gradients(Square.apply, (X,), reference=lambda x: x * x * 1.5, **FIRST)
+    # its forward differs too: judged against the formula's own differences, where it is right
+    assert report.jacobian.coverage.truths == ("numerical",)
