@@ -298,19 +298,23 @@ def compare_entries(analytic: np.ndarray, truths: dict[str, np.ndarray], toleran
     reference = truths.get("reference")
     agrees_with_pytorch = (~finite_a & ~np.isfinite(reference) if reference is not None and not all_finite_a
                            else np.zeros(a.shape, dtype=bool))
-    any_truth = np.zeros(a.shape, dtype=bool)
-    excess = np.full(a.shape, -np.inf)
+    any_truth = None
+    excess = None
     worst_gap, against = -np.inf, None
     atol = tolerances.atol * max(truth_scale(truths) if scale is None else scale, tolerances.unit)
     for name, truth in truths.items():
         finite_truth = np.isfinite(truth)
-        any_truth |= finite_truth
-        with np.errstate(invalid="ignore"):
-            difference = np.abs(a - truth)
-            gap = difference - (atol + tolerances.rtol * np.abs(truth))
+        any_truth = finite_truth if any_truth is None else any_truth | finite_truth
+        with np.errstate(invalid="ignore"):  # in place where it can be: at millions of values each pass counts
+            difference = np.asarray(np.subtract(a, truth))
+            np.abs(difference, out=difference)
+            bound = np.abs(truth).astype(float, copy=False)  # a truth of integers (zeros) gets float bounds
+            bound *= tolerances.rtol
+            bound += atol
+            gap = difference - bound
             if noise is not None and name in noise:
                 gap = np.minimum(gap, difference - NOISE_FACTOR * noise[name])  # within the differences' own error
-        gap = np.array(gap, dtype=float, ndmin=0)  # an array even for a 0-d input (arithmetic gives a scalar there)
+        gap = np.asarray(gap, dtype=float)  # an array even for a 0-d input (arithmetic gives a scalar there), not a copy
         if not all_finite_a:
             gap[~finite_a] = np.inf
             gap[~finite_truth | agrees_with_pytorch] = -np.inf
@@ -322,10 +326,12 @@ def compare_entries(analytic: np.ndarray, truths: dict[str, np.ndarray], toleran
             with np.errstate(invalid="ignore"):
                 agrees = np.abs(a - reference) <= atol + tolerances.rtol * np.abs(reference)
             gap = np.where(agrees, -np.inf, gap)
-        np.maximum(excess, gap, out=excess)
+        excess = gap if excess is None else np.maximum(excess, gap, out=excess)
         largest = gap.max(initial=-np.inf)
         if largest > 0 and largest > worst_gap:  # the truth that the worst entry is worst against
             worst_gap, against = largest, name
+    if excess is None:  # no truth at all
+        return Judgement(np.full(a.shape, -np.inf), np.ones(a.shape, dtype=bool), None)
     left_out = ~any_truth | agrees_with_pytorch
     return Judgement(excess, left_out, against)
 
