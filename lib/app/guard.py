@@ -94,7 +94,7 @@ def require_report_memory(problem: Problem, tolerances: Tolerances, what: str, h
     if outputs is None or (reference is not None and _output_elements(problem.function, inputs) is None):
         return None  # the formula or the reference raises: the engine says so, and builds no Jacobian
 
-    if at_scale(inputs):  # the verdict samples: no plan, no Jacobian; its products grow with the elements
+    if at_scale(inputs, outputs):  # the verdict samples: no plan, no Jacobian; its products grow with the elements
         budget.require(held + sampled_bytes(sizes, outputs, inputs[0].element_size() if inputs else 8),
                        f"{what} (sampled at scale)", "Choose a smaller shape.")
         return None

@@ -34,14 +34,18 @@ from .tolerances import Tolerances
 Tensor = torch.Tensor
 
 SCALE_ELEMENTS = 2**16  # input elements in all from which a verdict samples instead of reading the whole Jacobian
+SCALE_ENTRIES = 2**28  # or Jacobian entries in all (outputs × input elements): a dense pattern would be read row by row
 UPSTREAMS = 2  # random upstream vectors, every element's gradient compared under each (as the whole-Jacobian verdict's probes)
 ROWS = 4  # output elements whose Jacobian rows are compared entry by entry (a backward call each)
 COLUMNS = 32  # without a reference: input elements per input differenced alone
 
 
-def at_scale(inputs: Sequence[Tensor]) -> bool:
-    """Whether the verdict samples: the inputs hold ``SCALE_ELEMENTS`` or more elements in all."""
-    return sum(x.numel() for x in inputs) >= SCALE_ELEMENTS
+def at_scale(inputs: Sequence[Tensor], outputs: int) -> bool:
+    """Whether the verdict samples: the inputs hold ``SCALE_ELEMENTS`` or more elements in all, or
+    the Jacobian more than ``SCALE_ENTRIES`` entries (a row-wise softmax of 128×256: where every
+    element feeds many outputs, the pattern is read one output row at a time)."""
+    elements = sum(x.numel() for x in inputs)
+    return elements >= SCALE_ELEMENTS or elements * outputs > SCALE_ENTRIES
 
 
 def sampled_bytes(sizes: Sequence[int], outputs: int, itemsize: int = 8) -> int:

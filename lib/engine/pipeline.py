@@ -364,7 +364,7 @@ def evaluate(problem: Problem, tolerances: Tolerances, plans: Sequence[Differenc
     if failure is None:
         analytic, failure = _analytic(run, inputs, drawn)
         analytic = analytic if analytic is not None else blank
-    if failure is None and at_scale(inputs):  # the verdict samples: no plan, nothing differenced by groups
+    if failure is None and at_scale(inputs, output.numel()):  # the verdict samples: no plan, nothing differenced by groups
         plans = sampled_plans(inputs, output.numel())
     elif failure is None:
         plans = list(plans) if plans is not None else plan(problem, tolerances, budget_bytes=budget_bytes, work_limit=work_limit)

@@ -5,7 +5,7 @@ Local bugs that gradcheck's fast mode dilutes into one scalar are found at their
 import pytest
 import torch
 
-from gradient_lab.engine.at_scale import SCALE_ELEMENTS, UPSTREAMS
+from gradient_lab.engine.at_scale import SCALE_ELEMENTS, SCALE_ENTRIES, UPSTREAMS
 from gradient_lab.testing import check_gradients
 
 F64 = torch.float64
@@ -104,8 +104,15 @@ def test_a_right_elementwise_function_passes_with_its_coverage_in_numbers():
     assert coverage.entries == X.numel() ** 2  # of the whole Jacobian, said as what it is
 
 
+def test_a_dense_jacobian_of_more_than_scale_entries_is_sampled_below_the_element_threshold():
+    rows = ROWS[:128, :256]  # 32,768 elements, each feeding 256 outputs: a billion entries
+    assert rows.numel() < SCALE_ELEMENTS and rows.numel() ** 2 > SCALE_ENTRIES
+    report = check_gradients(SoftmaxRowReadsItsNeighbour.apply, (rows,), reference=lambda x: torch.softmax(x, -1), **FIRST)
+    assert report.jacobian.coverage.sampled and not report.verdict.passed and report.verdict.found.element // 256 == 5
+
+
 def test_below_the_threshold_the_whole_jacobian_is_still_read():
-    small = X[: SCALE_ELEMENTS // 2]
+    small = X[:8192]  # 67M entries, 8k elements: below both thresholds
     report = check_gradients(Square.apply, (small,), reference=lambda x: x * x, **FIRST)
     assert report.verdict.passed and report.jacobian.coverage.sampled == () and report.jacobian.coverage.compared == small.numel()
 
