@@ -12,6 +12,7 @@ truth. Tolerances default to the inputs' dtype's (``engine.tolerances``) and can
 
 from __future__ import annotations
 
+import math
 import textwrap
 from typing import Callable, Sequence
 
@@ -143,7 +144,8 @@ def assert_gradients_match(function, inputs: Tensor | Sequence[Tensor], referenc
 def failure_message(report: GradientReport, order: int = 1) -> str:
     """What went wrong, for a CI log: the diagnosis first, then the worst element and the coverage."""
     wrap = lambda text, lead="  ": textwrap.fill(text, WIDTH, initial_indent=lead, subsequent_indent=lead + "  ")  # noqa: E731
-    lines = [f"gradients of {report.formula} do not match the truth ({report.dtype} on {report.device})"]
+    took = f"; checked in {report.seconds:.2g} s" if math.isfinite(report.seconds) else ""
+    lines = [f"gradients of {report.formula} do not match the truth ({report.dtype} on {report.device}{took})"]
     if report.verdict.condition:  # right as gradcheck calls it, wrong as real code does
         lines.append(wrap(f"why: it fails only when {report.verdict.condition}: {report.verdict.finding}"))
     if report.diagnosis and report.diagnosis.findings:

@@ -152,3 +152,16 @@ def test_sparse_inputs_are_refused_with_a_clear_message():
     x = torch.eye(3, dtype=torch.float64).to_sparse_csr()
     with pytest.raises(LabError, match="sparse inputs .*sparse_csr.* not supported"):
         check_gradients(lambda x: x.to_dense() * 2, x)
+
+
+def test_the_assertion_says_how_long_the_check_took_and_what_it_covered():
+    import re
+
+    from tests.engine.test_at_scale import X, SquareOneElementOff
+
+    with pytest.raises(AssertionError) as raised:
+        assert_gradients_match(SquareOneElementOff.apply, (X,), reference=lambda x: x * x, order=1, conditions="none")
+    message = str(raised.value)
+    took = re.search(r"checked in ([0-9.e+-]+) s", message)
+    assert took is not None and 0 < float(took.group(1)) < 600
+    assert "every input element's gradient under" in message and "sampled at scale" in " ".join(message.split())

@@ -9,6 +9,7 @@ second order, the diagnosis, and the maps the pages draw. Results are plain nump
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Hashable, Sequence
 
@@ -407,7 +408,8 @@ def check(problem: Problem, options: CheckOptions | None = None, /, *, family: s
     and the precision stage judges the dtype. ``first``: the first order of this problem under these
     options, where a front end has it already (``first_report`` showed it)."""
     options = CheckOptions.of(options, **overrides)
-    first = first if first is not None else first_order(problem, options, plans, grad_output)
+    start, given = time.perf_counter(), first is not None
+    first = first if given else first_order(problem, options, plans, grad_output)
     results: dict[str, Any] = {}
     for stage in STAGES:
         if stage.applies(first, options, results):
@@ -419,7 +421,8 @@ def check(problem: Problem, options: CheckOptions | None = None, /, *, family: s
     for stage in STAGES:  # the stages whose failure is the verdict's
         if stage.name in results and hasattr(stage, "fold"):
             verdict = stage.fold(verdict, results[stage.name], first)
-    return _report(first, verdict, diagnosis, results, family, options, given=grad_output is not None)
+    report = _report(first, verdict, diagnosis, results, family, options, given=grad_output is not None)
+    return replace(report, seconds=time.perf_counter() - start + (first.seconds if given else 0.0))
 
 
 def first_report(first: FirstOrder, options: CheckOptions, *, family: str = "", given: bool = False) -> GradientReport:
@@ -427,14 +430,22 @@ def first_report(first: FirstOrder, options: CheckOptions, *, family: str = "", 
     that follow it have run: ``pending`` names them. ``check(..., first=first)`` gives the whole report."""
     pending = tuple(stage.name for stage in STAGES if stage.applies(first, options, {}))
     diagnosis = _diagnosis(first, {}, options)
-    return replace(_report(first, _plain_verdict(first, diagnosis), diagnosis, {}, family, options, given), pending=pending)
+    return replace(_report(first, _plain_verdict(first, diagnosis), diagnosis, {}, family, options, given), pending=pending,
+                   seconds=first.seconds)
 
 
 def first_order(problem: Problem, options: CheckOptions, plans: Sequence[DifferencePlan] | None = None,
                 grad_output: Tensor | None = None) -> FirstOrder:
     """The truth and the first-order verdict: the forward against the truth's, plan and evaluate,
     the whole Jacobian (``judge``), the maps and the drawn gradient. Below float64, on the values
-    upcast, for the upstream drawn in the dtype."""
+    upcast, for the upstream drawn in the dtype. Timed (``FirstOrder.seconds``)."""
+    start = time.perf_counter()
+    first = _first_order(problem, options, plans, grad_output)
+    return replace(first, seconds=time.perf_counter() - start)
+
+
+def _first_order(problem: Problem, options: CheckOptions, plans: Sequence[DifferencePlan] | None,
+                 grad_output: Tensor | None) -> FirstOrder:
     dtype = next((x.dtype for x in problem.inputs), torch.float64)
     low = is_low(dtype) and problem.failure is None
     exact = exact_problem(problem) if low else problem

@@ -623,6 +623,7 @@ class GradientReport:
     signature: Signature | None = None  # what the Function takes and gives; None when no forward ran
     stages: dict = field(default_factory=dict)  # the stages' results by name (``stages.STAGES``), in order; a stage not run is absent
     pending: tuple[str, ...] = ()  # stages that apply and have not run yet: a first-order report shown early (``pipeline.first_report``)
+    seconds: float = math.nan  # what the check took, the first order and the stages (``pipeline.check``)
 
     # the stages every front end knows by name
     second_order = property(lambda self: self.stages.get("second_order"))  # SecondOrderVerdict

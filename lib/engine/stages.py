@@ -58,6 +58,7 @@ class FirstOrder:
     drawn: Finding | None  # the drawn gradient out of tolerance, where the Jacobian's check did not find it
     raised: Failure | None = None  # the forward raised before anything ran
     redrawn: bool = False  # the maps draw the upstream that exposed the failure, not the one asked for
+    seconds: float = 0.0  # what the first order took
 
     @property
     def failure(self) -> Failure | None:

@@ -146,6 +146,7 @@ def summary(report: GradientReport, case=None) -> dict:
         "device": report.device,
         "passed": report.verdict.passed,
         "outcome": report.verdict.outcome,
+        "seconds": report.seconds,
         "verdict": report.verdict.summary,
         "coverage": _coverage(report),
         "diagnosis": [{"kind": f.kind, "words": f.words, "evidence": f.evidence} for f in report.diagnosis.findings] if report.diagnosis else [],

@@ -309,6 +309,7 @@ def test_the_first_report_names_the_stages_still_to_run_and_the_whole_report_goe
     assert problem not in calls
     assert whole.pending == () and set(early.pending) <= set(whole.stages)
     assert early.verdict.outcome == whole.verdict.outcome == ("pass" if formula == "corrected" else "fail")
+    assert 0 < first.seconds == early.seconds < whole.seconds  # the whole report's time counts the first order's too
     assert early.verdict.found == whole.verdict.found
     kinds = lambda report: [f.kind for f in report.diagnosis.findings] if report.diagnosis is not None else []  # noqa: E731
     assert kinds(early) == kinds(whole)  # the card shown early tells the same story
