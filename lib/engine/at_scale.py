@@ -87,13 +87,15 @@ def check_at_scale(function: Callable[..., Tensor], reference: Callable[..., Ten
     along = _along(function, inputs, directions, tolerances.step)  # f'(x)·d, every element moved together
     truths: list[dict[str, np.ndarray]] = [{} for _ in inputs]  # per input and probe
     trusted, reference_rows = False, None
-    if reference is not None:
-        by_reference = vector_jacobian_products(reference, inputs, upstreams, batched=True)
+    if reference is not None:  # every product of the reference on one forward call's graph, by plain calls
+        theirs = forward_graph(reference, inputs)
+        by_reference = vector_jacobian_products(reference, inputs, upstreams, batched=False, graph=theirs)
         trusted = role == "surrogate" or _reproduces(by_reference, directions, along, upstreams)
         if trusted:
-            reference_rows = vector_jacobian_products(reference, inputs, one_hot, batched=True)
+            reference_rows = vector_jacobian_products(reference, inputs, one_hot, batched=False, graph=theirs)
             for i in range(len(inputs)):
                 truths[i]["reference"] = by_reference[i].numpy()
+        del theirs
     sampled: list[np.ndarray] = [np.zeros(0, dtype=np.int64)] * len(inputs)
     columns: list[np.ndarray] = [np.zeros((m, 0))] * len(inputs)
     if not trusted and role != "surrogate":  # columns differenced alone: the truth at those elements

@@ -111,11 +111,14 @@ def _second_point(problem: Problem, plans: Sequence[DifferencePlan], trusted: Se
     input i's flat values and which of its elements the formula's gradient gets wrong there, for
     a random upstream, against the reference where it is a truth, else finite differences."""
     generator = torch.Generator().manual_seed(seed + 15485863)
-    moved = tuple(x + 0.5 * float(x.double().std().nan_to_num(1.0) if x.numel() > 1 else 1.0)
-                  * torch.randn(tuple(x.shape), generator=generator, dtype=torch.float64).to(x) for x in problem.inputs)
     found: dict[int, tuple[np.ndarray, np.ndarray] | None] = {}
+    point: list[tuple] = []  # the second point, drawn when first asked for (a verdict with nothing to confirm never asks)
 
     def wrong_at(index: int):
+        if not point:
+            point.append(tuple(x + 0.5 * float(x.double().std().nan_to_num(1.0) if x.numel() > 1 else 1.0)
+                               * torch.randn(tuple(x.shape), generator=generator, dtype=torch.float64).to(x) for x in problem.inputs))
+        moved = point[0]
         if index not in found:
             try:
                 with torch.no_grad():
@@ -295,13 +298,15 @@ def forward_difference(formula_output: Tensor, reference_output: Tensor, toleran
                 f"{tuple(reference_output.shape)}"), None
     mine, truth = as_float64(formula_output, formula_output).reshape(-1), as_float64(reference_output, reference_output).reshape(-1)
     scale = truth_scale({"reference": truth})
-    finite = np.flatnonzero(np.isfinite(mine))  # an overflow is the same function computed badly: the verdict's to show, by the same truth
-    judgement = compare_entries(mine[finite], {"reference": truth[finite]}, tolerances, scale=scale)
+    finite = np.isfinite(mine)  # an overflow is the same function computed badly: the verdict's to show, by the same truth
+    every = bool(finite.all())  # the common case, without indexing millions of values
+    judgement = compare_entries(mine if every else mine[finite], {"reference": truth if every else truth[finite]}, tolerances, scale=scale)
     if not judgement.failed:
         return "", None
-    k = int(finite[np.argmax(judgement.excess)])
+    where = np.arange(mine.size) if every else np.flatnonzero(finite)
+    k = int(where[np.argmax(judgement.excess)])
     wrong = np.zeros(mine.size, dtype=bool)
-    wrong[finite] = judgement.excess > 0
+    wrong[where] = judgement.excess > 0
     shape = tuple(formula_output.shape)
     found = Finding("forward", "output", shape, k, float(mine[k]), float(truth[k]), "reference", role, output=output_element(k),
                     tolerances=tolerances, scale=scale, evidence=(Evidence.of_product("output", shape, mine, truth, wrong, scale),))
