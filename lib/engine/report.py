@@ -199,8 +199,15 @@ class NonFinite:
 
 def non_finite(values: np.ndarray) -> NonFinite:
     nan, inf = np.isnan(values), np.isinf(values)
-    first = tuple(tuple(int(i) for i in index) for index in np.argwhere(nan | inf)[:10])
-    return NonFinite(int(nan.sum()), int(inf.sum()), first)
+    count_nan, count_inf = int(nan.sum()), int(inf.sum())
+    if not count_nan + count_inf:
+        return NonFinite(0, 0, ())
+    bad, first = (nan | inf).reshape(-1), []
+    for start in range(0, bad.size, 2**16):  # the first ten, without listing millions (a gradient left NaN at scale)
+        first += (np.flatnonzero(bad[start : start + 2**16])[: 10 - len(first)] + start).tolist()
+        if len(first) >= 10:
+            break
+    return NonFinite(count_nan, count_inf, tuple(tuple(int(i) for i in np.unravel_index(k, values.shape)) for k in first))
 
 
 @dataclass(frozen=True)
@@ -224,10 +231,20 @@ def error_map(pair: tuple[str, str], a: np.ndarray, b: np.ndarray) -> ErrorMap:
     signed = a - b
     absolute = np.abs(signed)
     finite = np.isfinite(absolute)
-    floor = max(float(np.abs(b[np.isfinite(b)]).max(initial=0.0)) * 1e-12, np.finfo(np.float64).tiny)
-    relative = absolute / np.maximum(np.abs(b), floor)
-    if not finite.any():
-        return ErrorMap(pair, signed, relative, math.nan, math.nan, math.nan, None)
+    if not finite.any():  # nothing to compare (a side not computed: NaN); its relative error is NaN as well
+        return ErrorMap(pair, signed, absolute, math.nan, math.nan, math.nan, None)
+    magnitude = np.abs(b)
+    largest = float(magnitude.max(initial=0.0))
+    if not math.isfinite(largest):
+        largest = float(magnitude[np.isfinite(magnitude)].max(initial=0.0))
+    relative = absolute / np.maximum(magnitude, max(largest * 1e-12, np.finfo(np.float64).tiny))
+    if finite.all():  # the common case, without masks over millions of values
+        k = int(np.argmax(absolute))
+        worst = tuple(int(i) for i in np.unravel_index(k, a.shape))
+        finite_relative = np.isfinite(relative)
+        max_rel = (float(relative.max()) if finite_relative.all() else
+                   float(relative[finite_relative].max()) if finite_relative.any() else math.nan)
+        return ErrorMap(pair, signed, relative, float(absolute.reshape(-1)[k]), float(absolute.mean()), max_rel, worst)
     masked = np.where(finite, absolute, -1.0)
     worst = tuple(int(i) for i in np.unravel_index(int(np.argmax(masked)), a.shape))
     return ErrorMap(
