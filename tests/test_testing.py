@@ -126,7 +126,7 @@ def test_dtype_asserts_the_precision_too_and_the_message_gives_the_tolerances():
     with pytest.raises(AssertionError) as raised:
         assert_gradients_match(pf.UnshiftedSoftmax.apply, x, lambda v: torch.softmax(v, -1), dtype=torch.float16)
     message = str(raised.value)
-    assert "(float16 on cpu)" in message and "precision: in float16, the gradient of x is not finite" in message
+    assert "(float16 on cpu;" in message and "precision: in float16, the gradient of x is not finite" in message
     assert "what PyTorch's own (autograd through the reference) in float16 needs" in message
     with pytest.raises(TypeError, match="floating-point torch.dtype"):
         check_gradients(pf.ShiftedSoftmax.apply, x, dtype=torch.int64)

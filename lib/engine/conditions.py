@@ -317,6 +317,11 @@ class Batch:
         """The first ``rows`` rows of the batch: every batched input cut along its batch dim."""
         return tuple(x.narrow(d, 0, rows) if d is not None else x for x, d in zip(given, self.dims))
 
+    def grown(self, given: Sequence[Any], extra: int) -> tuple[Any, ...]:
+        """``extra`` rows more: every batched input's first rows copied after its last, exactly (the
+        values the case holds, at one more row: a special value, a unit norm, stays one)."""
+        return tuple(x if d is None else torch.cat([x, x.narrow(d, 0, extra)], dim=d) for x, d in zip(given, self.dims))
+
     def without(self, index: int) -> Batch:
         return Batch(self.size, tuple(None if i == index else d for i, d in enumerate(self.dims)))
 
@@ -554,6 +559,21 @@ def _outputs_alone(problem, judge_point) -> list[ConditionResult]:
     return found
 
 
+def _sizes(problem, given, batch: Batch, judge_point, too_large) -> list[ConditionResult]:
+    """The verdict with the batch one row shorter (where that is more than one row) and one row
+    longer, each named by its size: a backward wrong only past a tile's multiple, or at a size that is
+    not a power of two."""
+    found = []
+    for rows in (batch.size - 1, batch.size + 1):
+        if rows < 2:
+            continue
+        changed_given = batch.rows(given, rows) if rows < batch.size else batch.grown(given, rows - batch.size)
+        name, label = f"the batch has {rows} rows", f"a batch of {rows}"
+        found.append(too_large(name, "size", label, changed_given) or
+                     _from_report(name, "size", label, judge_point(changed := problem.remake(changed_given)), changed))
+    return found
+
+
 def _other_values(problem, tolerances, judge_point, every: bool, seed: int, plain_passed: bool,
                   jacobian: JacobianVerdict) -> list[ConditionResult]:
     if problem.remake is None or not all(bool(torch.isfinite(x).all()) for x in problem.inputs):
@@ -604,6 +624,9 @@ def _other_values(problem, tolerances, judge_point, every: bool, seed: int, plai
             found.append(too_large("the batch has one row", "size", "a batch of one", one) or
                          _from_report("the batch has one row", "size", "a batch of one", judge_point(changed := problem.remake(one)),
                                       changed))
+        if plain_passed:  # a row fewer and a row more: a kernel wrong past a tile, or off a power of two (beside a failing
+            # plain verdict they would fail as plain)
+            found += _sizes(problem, given, batch, judge_point, too_large)
     skipped = too_large("inputs tie and sit on kinks", "ties", "ties and kinks", rows(given))
     if skipped is not None and problem.reference is not None and problem.role == "reference":
         found.append(skipped)
