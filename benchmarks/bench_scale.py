@@ -25,68 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gradient_lab.testing import check_gradients  # noqa: E402
-
-
-class Square(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * x
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return 2 * x * g
-
-
-class SquareOneElementOff(Square):
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        grad = 2 * x * g
-        grad.view(-1)[grad.numel() // 3] *= 1.01
-        return grad
-
-
-class Softmax(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        y = torch.softmax(x, dim=-1)
-        ctx.save_for_backward(y)
-        return y
-
-    @staticmethod
-    def backward(ctx, g):
-        (y,) = ctx.saved_tensors
-        return y * (g - (g * y).sum(-1, keepdim=True))
-
-
-class SoftmaxRowReadsItsNeighbour(Softmax):
-    @staticmethod
-    def backward(ctx, g):
-        (y,) = ctx.saved_tensors
-        g = g.clone()
-        g[5] = g[4]
-        return y * (g - (g * y).sum(-1, keepdim=True))
-
-
-class Linear(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, w):
-        ctx.save_for_backward(x, w)
-        return x @ w
-
-    @staticmethod
-    def backward(ctx, g):
-        x, w = ctx.saved_tensors
-        return g @ w.T, x.T @ g
-
-
-class LinearWeightTransposed(Linear):
-    @staticmethod
-    def backward(ctx, g):
-        x, w = ctx.saved_tensors
-        return g @ w.T, (x.T @ g).T
+from tests.specimens.scale import (Matmul, MatmulWeightTransposed, Softmax, SoftmaxRowReadsItsNeighbour, Square,  # noqa: E402
+                                   SquareOneElementOff)
 
 
 def cases(largest: int, device: str):
@@ -102,7 +42,7 @@ def cases(largest: int, device: str):
         if n >= 2**17:  # the weight alone is 64k elements
             xs = torch.randn(n // 256 - 256, 256, generator=generator, dtype=torch.float64).to(device)
             w = (torch.randn(256, 256, generator=generator, dtype=torch.float64) / 16).to(device)
-            yield "linear", n, Linear, LinearWeightTransposed, (xs, w), lambda x, w: x @ w
+            yield "linear", n, Matmul, MatmulWeightTransposed, (xs, w), lambda x, w: x @ w
         n *= 4 if n < 2**20 else 2
 
 

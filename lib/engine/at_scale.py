@@ -25,8 +25,9 @@ import numpy as np
 import torch
 
 from .evaluate import forward_graph, vector_jacobian_products
-from .finding import Evidence, Finding
-from .judge import FOREIGN_GAP, Coverage, InputEntries, JacobianVerdict, Probe, compare_entries, floored, worst_entry, worst_probe
+from .finding import Finding
+from .judge import (FOREIGN_GAP, NONE, Coverage, InputEntries, JacobianVerdict, Probe, compare_entries, floored, not_zero, worst_entry,
+                    worst_probe)
 from .planning import DifferencePlan
 from .signature import name_element
 from .tolerances import Tolerances
@@ -116,7 +117,7 @@ def check_at_scale(function: Callable[..., Tensor], reference: Callable[..., Ten
     probes_judged = [[compare_entries(p.products["analytic"][i], {s: p.products[s][i] for s in p.products if s != "analytic"},
                                       tolerances, scale=scales[i]) for i in range(len(inputs))] for p in probes]
     finding = (worst_entry(entries, judged, output_element, tolerances, role, scales)
-               or _not_zero(zero, names, inputs, scales, tolerances)
+               or not_zero(zero, names, inputs, [(NONE, NONE)] * len(inputs), NONE, scales, tolerances)
                or worst_probe(probes, probes_judged, names, inputs, tolerances, scales, role)
                or _directional(analytic, directions, along, upstreams, names, inputs, tolerances))
     compared = sum(int((~j.left_out).sum()) for j in judged)
@@ -155,13 +156,17 @@ def _moved(inputs: Sequence[Tensor], index: int, shift: Tensor) -> list[Tensor]:
     return [x + shift if j == index else x for j, x in enumerate(inputs)]
 
 
+def _projections(products: Sequence[Tensor], directions, along, upstreams: Tensor):
+    """Per input, (uᵀJ)·d from the products and uᵀ(f'(x)d) from the differences, for every upstream u."""
+    flat_u = upstreams.reshape(upstreams.shape[0], -1).numpy()
+    for product, d, moved in zip(products, directions, along):
+        yield product.numpy() @ d.detach().double().cpu().reshape(-1).numpy(), flat_u @ moved
+
+
 def _reproduces(products: Sequence[Tensor], directions, along, upstreams: Tensor) -> bool:
     """Whether the reference's uᵀJ reproduce the differences along each direction: (uᵀJ)·d against
     uᵀ(f'(x)d), within ``FOREIGN_GAP`` of their size (else it is the gradient of another function)."""
-    flat_u = upstreams.reshape(upstreams.shape[0], -1).numpy()
-    for product, d, moved in zip(products, directions, along):
-        mine = product.numpy() @ d.detach().double().cpu().reshape(-1).numpy()
-        theirs = flat_u @ moved
+    for mine, theirs in _projections(products, directions, along, upstreams):
         size = max(float(np.abs(theirs).max(initial=0.0)), float(np.abs(mine).max(initial=0.0)))
         if not np.all(np.isfinite(mine)) or not np.all(np.isfinite(theirs)):
             return False
@@ -214,26 +219,11 @@ def _entry_scale(entries: InputEntries, columns: np.ndarray) -> float:
     return largest if largest > 0 else 1.0
 
 
-def _not_zero(gradients: Sequence[np.ndarray], names, inputs, scales, tolerances: Tolerances) -> Finding | None:
-    """A backward must give exactly 0 for a zero upstream gradient, as gradcheck requires."""
-    for i, (name, x, gradient) in enumerate(zip(names, inputs, gradients)):
-        wrong = gradient != 0
-        if wrong.any():
-            k = int(np.argmax(np.where(wrong, np.nan_to_num(np.abs(gradient), nan=np.inf), -1.0)))
-            scale = scales[i] if scales[i] is not None else 1.0
-            evidence = Evidence.of_product(name, tuple(x.shape), gradient, np.zeros(gradient.size), wrong, scale)
-            return Finding("zero upstream", name, tuple(x.shape), k, float(gradient[k]), 0.0, upstream=np.zeros(0), tolerances=tolerances,
-                           scale=scale, evidence=(evidence,))
-    return None
-
-
 def _directional(analytic: Sequence[Tensor], directions, along, upstreams: Tensor, names, inputs, tolerances: Tolerances) -> Finding | None:
     """Every element together, as gradcheck's fast mode: (uᵀJ)·d by the formula against uᵀ(f'(x)d)
     by differences, per input; a finding where they differ beyond the tolerance (scaled to their size)."""
     flat_u = upstreams.reshape(upstreams.shape[0], -1).numpy()
-    for name, x, product, d, moved in zip(names, inputs, analytic, directions, along):
-        mine = product.numpy() @ d.detach().double().cpu().reshape(-1).numpy()
-        theirs = flat_u @ moved
+    for name, x, (mine, theirs) in zip(names, inputs, _projections(analytic, directions, along, upstreams)):
         size = float(np.abs(theirs).max(initial=0.0)) or 1.0
         gap = np.abs(mine - theirs)
         allowed = tolerances.atol * size + tolerances.rtol * np.abs(theirs) + math.sqrt(tolerances.step) * size

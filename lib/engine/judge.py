@@ -451,7 +451,7 @@ def check_jacobian(
     probes_judged = [[compare_entries(p.products["analytic"][i], _probe_truths(p, i), tolerances, probe_noise(k, i), scales[i])
                       for i in range(len(inputs))] for k, p in enumerate(probe_list)]
     finding = (worst_entry(entries, judged, output_element, tolerances, role, scales)
-               or _not_zero(zero, names, inputs, patterns, skip, scales, tolerances))
+               or not_zero(zero, names, inputs, patterns, skip, scales, tolerances))
     linear, located = True, None
     outside = None if finding else _off_pattern(entries, probe_list, tolerances, scales, kink_elements)
     if outside is not None:  # more than the entries account for: not linear, or entries where the truth has none
@@ -527,7 +527,7 @@ def _entries(names, inputs, patterns, truths: list[dict[str, np.ndarray]], analy
     return result
 
 
-def _not_zero(gradients: Sequence[np.ndarray], names, inputs, patterns, skip: np.ndarray, scales: Sequence[float | None] = (),
+def not_zero(gradients: Sequence[np.ndarray], names, inputs, patterns, skip: np.ndarray, scales: Sequence[float | None] = (),
               tolerances: Tolerances | None = None) -> Finding | None:
     """A backward must give exactly 0 for a zero upstream gradient, as gradcheck requires: an
     added term, or a gradient not multiplied by grad_output, shows here even when it is small.

@@ -32,7 +32,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from .evaluate import backward_products, forward_graph
+from .evaluate import backward_products, forward_graph, vector_jacobian_products
 from .report import ErrorStats, Failure, Precision, PrecisionResult, SuggestedTolerance
 from .tolerances import round_up
 
@@ -225,15 +225,11 @@ class _Sides:
 
 def _products(function: Callable[..., Tensor], inputs: Sequence[Tensor], upstreams: Sequence[Tensor]) -> tuple[list, np.ndarray]:
     """Per upstream, per input, uᵀJ in float64 (zeros where backward gave none), and the output: one
-    forward call's graph for every upstream (each handed a copy: a backward may write into it)."""
-    xs, y = forward_graph(function, inputs)
-    found = []
-    with torch.enable_grad():
-        for u in upstreams:
-            grads = torch.autograd.grad(y, xs, u.to(dtype=y.dtype, device=y.device).clone(), retain_graph=True, allow_unused=True)
-            found.append([np.zeros(tuple(x.shape)) if g is None else g.detach().to(device="cpu", dtype=torch.float64).numpy(force=True).copy()
-                          for x, g in zip(xs, grads)])
-    return found, y.detach().to(device="cpu", dtype=torch.float64).numpy(force=True).copy()
+    forward call's graph for every upstream (``vector_jacobian_products`` on it, by plain calls)."""
+    graph = forward_graph(function, inputs)
+    per_input = vector_jacobian_products(function, inputs, torch.stack(list(upstreams)), batched=False, graph=graph)
+    found = [[p[k].numpy() for p in per_input] for k in range(len(upstreams))]
+    return found, graph[1].detach().to(device="cpu", dtype=torch.float64).numpy(force=True).copy()
 
 
 def _point(low, exact, by_reference: Sequence[bool], upstreams: Sequence[Tensor], has_baseline: bool) -> _Sides:

@@ -7,82 +7,11 @@ import torch
 
 from gradient_lab.engine.at_scale import SCALE_ELEMENTS, SCALE_ENTRIES, UPSTREAMS
 from gradient_lab.testing import check_gradients
+from tests.specimens.scale import (Matmul, MatmulWeightTransposed, Softmax, SoftmaxRowReadsItsNeighbour, Square, SquareOneElementOff,
+                                   SquareSignFlipped)
 
 F64 = torch.float64
 FIRST = dict(order=1, conditions="none")
-
-
-class Square(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * x
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return 2 * x * g
-
-
-class SquareOneElementOff(Square):
-    """One element's gradient 1 % off: fast gradcheck's one projection dilutes it below its rtol."""
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        grad = 2 * x * g
-        grad.view(-1)[5000] *= 1.01
-        return grad
-
-
-class SquareSignFlipped(Square):
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return -2 * x * g
-
-
-class Softmax(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        y = torch.softmax(x, dim=-1)
-        ctx.save_for_backward(y)
-        return y
-
-    @staticmethod
-    def backward(ctx, g):
-        (y,) = ctx.saved_tensors
-        return y * (g - (g * y).sum(-1, keepdim=True))
-
-
-class SoftmaxRowReadsItsNeighbour(Softmax):
-    """Row 5 reads row 4's grad_output (a wrong offset in a row-wise kernel)."""
-
-    @staticmethod
-    def backward(ctx, g):
-        (y,) = ctx.saved_tensors
-        g = g.clone()
-        g[5] = g[4]
-        return y * (g - (g * y).sum(-1, keepdim=True))
-
-
-class Linear(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, w):
-        ctx.save_for_backward(x, w)
-        return x @ w
-
-    @staticmethod
-    def backward(ctx, g):
-        x, w = ctx.saved_tensors
-        return g @ w.T, x.T @ g
-
-
-class LinearWeightTransposed(Linear):
-    @staticmethod
-    def backward(ctx, g):
-        x, w = ctx.saved_tensors
-        return g @ w.T, (x.T @ g).T  # the weight's gradient transposed: right shape (w is square), wrong values
 
 
 def randn(*shape, seed=0):
@@ -118,16 +47,16 @@ def test_below_the_threshold_the_whole_jacobian_is_still_read():
 
 
 @pytest.mark.parametrize("function, inputs, reference, wrong_input, where", [
-    (SquareOneElementOff, (X,), lambda x: x * x, "x", lambda element, shape: element == 5000),
+    (SquareOneElementOff, (X,), lambda x: x * x, "x", lambda element, shape: element == X.numel() // 3),
     (SoftmaxRowReadsItsNeighbour, (ROWS,), lambda x: torch.softmax(x, -1), "x", lambda element, shape: element // shape[1] == 5),
-    (LinearWeightTransposed, XW, lambda x, w: x @ w, "x2", lambda element, shape: True),  # the second input: w
+    (MatmulWeightTransposed, XW, lambda x, w: x @ w, "x2", lambda element, shape: True),  # the second input: w
 ], ids=["one element 1% off", "a row reads its neighbour's grad_output", "a transposed weight gradient"])
 def test_a_local_bug_is_found_at_its_own_element(function, inputs, reference, wrong_input, where):
     report = check_gradients(function.apply, inputs, reference=reference, **FIRST)
     found = report.verdict.found
     assert not report.verdict.passed and report.jacobian.coverage.sampled
     assert found is not None and found.input == wrong_input and where(found.element, found.shape), report.verdict.summary
-    right = {SquareOneElementOff: Square, SoftmaxRowReadsItsNeighbour: Softmax, LinearWeightTransposed: Linear}[function]
+    right = {SquareOneElementOff: Square, SoftmaxRowReadsItsNeighbour: Softmax, MatmulWeightTransposed: Matmul}[function]
     assert check_gradients(right.apply, inputs, reference=reference, **FIRST).verdict.passed  # its right twin passes
 
 

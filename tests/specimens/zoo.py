@@ -93,13 +93,22 @@ class RowCubesLeaking(RowCubes):
         return 3 * x**2 * (g + 1e-3 * g.roll(1, 0))[:, None]  # a little of the neighbouring row's grad_output
 
 
-class MatmulTransposed(torch.autograd.Function):
-    """y = x @ w with w square; the gradient of x uses w where it needs wᵀ."""
+class Matmul(torch.autograd.Function):
+    """y = x @ w, right."""
 
     @staticmethod
     def forward(ctx, x, w):
         ctx.save_for_backward(x, w)
         return x @ w
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        return g @ w.T, x.T @ g
+
+
+class MatmulTransposed(Matmul):
+    """y = x @ w with w square; the gradient of x uses w where it needs wᵀ."""
 
     @staticmethod
     def backward(ctx, g):
