@@ -19,11 +19,13 @@ outputs per upstream, never a Jacobian."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
 import torch
 
+from ..errors import FormulaError
 from .evaluate import forward_graph, vector_jacobian_products
 from .finding import Finding
 from .judge import (FOREIGN_GAP, NONE, Coverage, InputEntries, JacobianVerdict, Probe, compare_entries, floored, not_zero, worst_entry,
@@ -37,7 +39,7 @@ Tensor = torch.Tensor
 SCALE_ELEMENTS = 2**16  # input elements in all from which a verdict samples instead of reading the whole Jacobian
 SCALE_ENTRIES = 2**28  # or Jacobian entries in all (outputs × input elements): a dense pattern would be read row by row
 UPSTREAMS = 2  # random upstream vectors, every element's gradient compared under each (as the whole-Jacobian verdict's probes)
-ROWS = 4  # output elements whose Jacobian rows are compared entry by entry (a backward call each)
+ROWS = 2  # output elements whose Jacobian rows are compared entry by entry (a backward call each)
 COLUMNS = 32  # without a reference: input elements per input differenced alone
 
 
@@ -64,56 +66,80 @@ def sampled_plans(inputs: Sequence[Tensor], n_outputs: int) -> list[DifferencePl
             for i, x in enumerate(inputs)]
 
 
+class DrawnRaised(Exception):
+    """The formula's backward raised for the drawn upstream, its first backward call: a failure of
+    its backward as such (``__cause__``), not of a later call on the graph."""
+
+
+@dataclass(frozen=True)
+class Sampled:
+    """The sampled verdict, and the drawn upstream's products it was judged with (per input, in the
+    input's shape): the formula's, and the reference's where there is one (else None)."""
+
+    verdict: JacobianVerdict
+    analytic: list[np.ndarray]
+    referenced: list[np.ndarray] | None
+
+
 def check_at_scale(function: Callable[..., Tensor], reference: Callable[..., Tensor] | None, inputs: Sequence[Tensor],
-                   names: Sequence[str], tolerances: Tolerances, *, seed: int = 0,
-                   output_element: Callable[[int], str] | None = None, role: str = "reference") -> JacobianVerdict:
-    """The sampled verdict (see the module's docstring)."""
+                   names: Sequence[str], tolerances: Tolerances, drawn: Tensor, *, seed: int = 0,
+                   output_element: Callable[[int], str] | None = None, role: str = "reference") -> Sampled:
+    """The sampled verdict (see the module's docstring). The drawn upstream (the one the maps draw)
+    is the first probe, beside ``UPSTREAMS`` random ones: its products are computed once."""
     graph = forward_graph(function, inputs)
     y = graph[1]
     shape, m = tuple(y.shape), y.numel()
     output_element = output_element or (lambda flat: name_element("out", shape, flat))
     generator = torch.Generator().manual_seed(seed + 7919)
-    # drawn in float32 (four times faster at millions of elements), then held in float64
-    upstreams = torch.randn((UPSTREAMS, *shape), generator=generator, dtype=torch.float32).double()
     rows = _sample(m, ROWS, generator)
-    one_hot = torch.zeros((rows.numel(), m), dtype=torch.float64)
-    one_hot[torch.arange(rows.numel()), rows] = 1.0
-    one_hot = one_hot.reshape(rows.numel(), *shape)
-    analytic = vector_jacobian_products(function, inputs, upstreams, batched=False, graph=graph)
-    analytic_rows = vector_jacobian_products(function, inputs, one_hot, batched=False, graph=graph)
-    zero = [p[0].numpy() for p in vector_jacobian_products(function, inputs, torch.zeros((1, *shape), dtype=torch.float64),
-                                                           batched=False, graph=graph)]
+    probes_count = 1 + UPSTREAMS
+    upstreams = torch.empty((probes_count, m), dtype=torch.float64)  # the drawn one first
+    upstreams[0] = drawn.detach().to(dtype=torch.float64, device="cpu").reshape(-1)
+    upstreams[1:] = torch.randn((UPSTREAMS, m), generator=generator, dtype=torch.float32)  # four times faster than float64
+    upstreams = upstreams.reshape(probes_count, *shape)
+    # the vectors each backward is given: the probes, the sampled rows' one-hot upstreams, the zero upstream
+    vectors = _Vectors(upstreams, rows.tolist())
+    truths: list[dict[str, list[np.ndarray] | np.ndarray]] = [{} for _ in inputs]  # per input, per source: each probe's
+    theirs, referenced = None, None
+    if reference is not None:  # every product of the reference on one forward call's graph
+        theirs = _products(forward_graph(reference, inputs), vectors, zero=False)
+        referenced = [p[0].numpy().reshape(tuple(x.shape)) for p, x in zip(theirs, inputs)]
+    try:
+        products = _products(graph, vectors, zero=True)
+    except FormulaError as error:  # raised for the drawn upstream on a graph of its own: its backward's failure as such
+        _raises_for_the_first(function, inputs, upstreams[:1].clone(), error)
+        raise
     del graph
+    analytic = [p[:probes_count] for p in products]
+    analytic_rows = [p[probes_count:-1] for p in products]
+    zero = [p[-1].numpy() for p in products]
     directions = [torch.randn(x.shape, generator=generator, dtype=torch.float32).to(x) for x in inputs]
     along = _along(function, inputs, directions, tolerances.step)  # f'(x)·d, every element moved together
-    truths: list[dict[str, np.ndarray]] = [{} for _ in inputs]  # per input and probe
     trusted, reference_rows = False, None
-    if reference is not None:  # every product of the reference on one forward call's graph, by plain calls
-        theirs = forward_graph(reference, inputs)
-        by_reference = vector_jacobian_products(reference, inputs, upstreams, batched=False, graph=theirs)
+    if theirs is not None:
+        by_reference = [p[:probes_count] for p in theirs]
         trusted = role == "surrogate" or _reproduces(by_reference, directions, along, upstreams)
         if trusted:
-            reference_rows = vector_jacobian_products(reference, inputs, one_hot, batched=False, graph=theirs)
+            reference_rows = [p[probes_count:] for p in theirs]
             for i in range(len(inputs)):
-                truths[i]["reference"] = by_reference[i].numpy()
-        del theirs
+                truths[i]["reference"] = [p.numpy() for p in by_reference[i]]
     sampled: list[np.ndarray] = [np.zeros(0, dtype=np.int64)] * len(inputs)
     columns: list[np.ndarray] = [np.zeros((m, 0))] * len(inputs)
     if not trusted and role != "surrogate":  # columns differenced alone: the truth at those elements
         sampled, columns = _columns(function, inputs, tolerances.step, seed)
         for i, (elements, block) in enumerate(zip(sampled, columns)):
-            numerical = np.full((UPSTREAMS, inputs[i].numel()), np.nan)
-            numerical[:, elements] = upstreams.reshape(UPSTREAMS, -1).numpy() @ block
+            numerical = np.full((probes_count, inputs[i].numel()), np.nan)
+            numerical[:, elements] = upstreams.reshape(probes_count, -1).numpy() @ block
             truths[i]["numerical"] = numerical
     entries = _row_entries(names, inputs, rows.numpy(), analytic_rows, reference_rows)
     scales = floored([_entry_scale(e, block) for e, block in zip(entries, columns)], y, inputs)
     judged = [compare_entries(e.values["analytic"], {k: v for k, v in e.values.items() if k != "analytic"}, tolerances, scale=s)
               for e, s in zip(entries, scales)]
-    flat_u = upstreams.reshape(UPSTREAMS, -1).numpy()
+    flat_u = upstreams.reshape(probes_count, -1).numpy()
     probes = tuple(Probe(flat_u[k], {"analytic": tuple(analytic[i][k].numpy() for i in range(len(inputs))),
                                      **{source: tuple(truths[i][source][k] for i in range(len(inputs)))
                                         for source in ("reference", "numerical") if all(source in t for t in truths)}})
-                   for k in range(UPSTREAMS))
+                   for k in range(probes_count))
     probes_judged = [[compare_entries(p.products["analytic"][i], {s: p.products[s][i] for s in p.products if s != "analytic"},
                                       tolerances, scale=scales[i]) for i in range(len(inputs))] for p in probes]
     finding = (worst_entry(entries, judged, output_element, tolerances, role, scales)
@@ -125,13 +151,65 @@ def check_at_scale(function: Callable[..., Tensor], reference: Callable[..., Ten
     truth_names = ("reference",) if trusted else ("numerical",)
     coverage = Coverage(
         entries=m * sum(x.numel() for x in inputs), structural=compared, compared=compared, excluded=0, excluded_where=(),
-        backward_calls=UPSTREAMS + rows.numel() + 1, forward_evaluations=2 * len(inputs) + 2 * sum(e.size for e in sampled),
-        probes=UPSTREAMS, probed=probed, pattern_source="sampled at scale", truths=truth_names, role=role,
+        backward_calls=probes_count + rows.numel() + 1, forward_evaluations=2 * len(inputs) + 2 * sum(e.size for e in sampled),
+        probes=probes_count, probed=probed, pattern_source="sampled at scale", truths=truth_names, role=role,
         unreproduced=tuple(names) if reference is not None and not trusted else (),
         sampled=tuple(int(e.size) for e in sampled) if not trusted else tuple(x.numel() for x in inputs),
     )
-    return JacobianVerdict(finding is None and not coverage.empty, finding, coverage, tuple(entries), probes, tuple(zero), shape,
-                           scales=tuple(scales))
+    verdict = JacobianVerdict(finding is None and not coverage.empty, finding, coverage, tuple(entries), probes, tuple(zero), shape,
+                              scales=tuple(scales))
+    return Sampled(verdict, [a[0].numpy().reshape(tuple(x.shape)) for a, x in zip(analytic, inputs)], referenced)
+
+
+class _Vectors:
+    """The upstreams a sampled verdict hands each backward, one at a time, each a fresh copy (a
+    backward may write into its grad_output): the probes, then a one-hot upstream per sampled
+    row, then (``zero``) the zero upstream. The one-hot and zero ones are made in one buffer
+    reset between calls: at millions of elements a fresh allocation per call costs more than the
+    call."""
+
+    def __init__(self, probes: Tensor, rows: list[int]) -> None:
+        self.probes, self.rows = probes, rows
+
+    def each(self, zero: bool, dtype: torch.dtype, device: torch.device):
+        for u in self.probes:
+            yield u.to(dtype=dtype, device=device, copy=True)
+        buffer = torch.zeros(self.probes.shape[1:], dtype=dtype, device=device)
+        flat = buffer.view(-1)
+        for row in self.rows:
+            flat[row] = 1
+            yield buffer
+            flat.zero_()  # also whatever the backward wrote into it
+        if zero:
+            yield buffer
+
+
+def _products(graph: tuple[list[Tensor], Tensor], vectors: _Vectors, zero: bool) -> list[list[Tensor]]:
+    """Per input, per vector (``_Vectors``), uᵀJ by a backward on ``graph`` (flat, float64, on the
+    CPU): plain calls, no copies beyond the gradients themselves, except of a gradient that is its
+    upstream itself (x + 1's), whose buffer the next call resets."""
+    xs, y = graph
+    found: list[list[Tensor]] = [[] for _ in xs]
+    with torch.enable_grad():
+        for u in vectors.each(zero, y.dtype, y.device):
+            grads = torch.autograd.grad(y, xs, u, retain_graph=True, allow_unused=True)
+            given = u.untyped_storage().data_ptr()
+            for products, g, x in zip(found, grads, xs):
+                if g is None:
+                    products.append(torch.zeros(x.numel(), dtype=torch.float64))
+                    continue
+                g = g.detach().reshape(-1).to(dtype=torch.float64, device="cpu").resolve_conj().resolve_neg()
+                products.append(g.clone() if g.untyped_storage().data_ptr() == given else g)
+    return found
+
+
+def _raises_for_the_first(function, inputs: Sequence[Tensor], first: Tensor, error: FormulaError) -> None:
+    """Raise ``DrawnRaised`` where the formula's backward raises for the first vector alone, on a
+    forward call of its own (not a later call on a shared graph)."""
+    try:
+        vector_jacobian_products(function, inputs, first, batched=False)
+    except FormulaError:
+        raise DrawnRaised() from error
 
 
 def _along(function, inputs: Sequence[Tensor], directions: Sequence[Tensor], step: float) -> list[np.ndarray]:
@@ -156,11 +234,13 @@ def _moved(inputs: Sequence[Tensor], index: int, shift: Tensor) -> list[Tensor]:
     return [x + shift if j == index else x for j, x in enumerate(inputs)]
 
 
-def _projections(products: Sequence[Tensor], directions, along, upstreams: Tensor):
-    """Per input, (uᵀJ)·d from the products and uᵀ(f'(x)d) from the differences, for every upstream u."""
+def _projections(products, directions, along, upstreams: Tensor):
+    """Per input, (uᵀJ)·d from the products (one per upstream) and uᵀ(f'(x)d) from the differences,
+    for every upstream u."""
     flat_u = upstreams.reshape(upstreams.shape[0], -1).numpy()
     for product, d, moved in zip(products, directions, along):
-        yield product.numpy() @ d.detach().double().cpu().reshape(-1).numpy(), flat_u @ moved
+        flat_d = d.detach().double().cpu().reshape(-1).numpy()
+        yield np.array([row.numpy() @ flat_d for row in product]), flat_u @ moved
 
 
 def _reproduces(products: Sequence[Tensor], directions, along, upstreams: Tensor) -> bool:
@@ -203,10 +283,17 @@ def _row_entries(names, inputs, rows: np.ndarray, analytic: Sequence[Tensor], re
             empty = np.zeros(0, dtype=np.int64)
             found.append(InputEntries(name, tuple(x.shape), empty, empty, {"analytic": np.zeros(0), "numerical": np.zeros(0)}))
             continue
-        mine, theirs = analytic[i].numpy(), reference[i].numpy()
-        r, c = np.nonzero((mine != 0) | (theirs != 0))
-        found.append(InputEntries(name, tuple(x.shape), rows[r].astype(np.int64), c.astype(np.int64),
-                                  {"analytic": mine[r, c], "reference": theirs[r, c]}))
+        r, c, mine, theirs = [], [], [], []
+        for row, a, b in zip(rows, analytic[i], reference[i]):  # one sampled row at a time: no (rows, elements) copy
+            a, b = a.numpy(), b.numpy()
+            nonzero = np.flatnonzero((a != 0) | (b != 0))
+            r.append(np.full(nonzero.size, row, dtype=np.int64))
+            c.append(nonzero)
+            mine.append(a[nonzero])
+            theirs.append(b[nonzero])
+        found.append(InputEntries(name, tuple(x.shape), np.concatenate(r or [np.zeros(0, np.int64)]),
+                                  np.concatenate(c or [np.zeros(0, np.int64)]).astype(np.int64),
+                                  {"analytic": np.concatenate(mine or [np.zeros(0)]), "reference": np.concatenate(theirs or [np.zeros(0)])}))
     return found
 
 

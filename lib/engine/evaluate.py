@@ -107,8 +107,10 @@ def as_float64(t: Tensor | None, like: Tensor) -> np.ndarray:
 def cosine_of(a: np.ndarray, b: np.ndarray) -> float:
     """The cosine between two vectors where both are finite: 1 the same direction, −1 flipped; NaN where either is 0."""
     finite = np.isfinite(a) & np.isfinite(b)
-    na, nb = np.linalg.norm(a[finite]), np.linalg.norm(b[finite])
-    return float(a[finite] @ b[finite] / (na * nb)) if na > 0 and nb > 0 else float("nan")
+    if not finite.all():  # else the values as they are: no copies of millions of them
+        a, b = a[finite], b[finite]
+    na, nb = np.linalg.norm(a), np.linalg.norm(b)
+    return float(a @ b / (na * nb)) if na > 0 and nb > 0 else float("nan")
 
 
 def backward_products(function, inputs: Sequence[Tensor], needs: Sequence[bool] | None, upstream: Tensor | None) -> list[np.ndarray | None]:

@@ -26,7 +26,7 @@ from .planning import DifferencePlan, plan
 from .precision import is_low, judge_values, upcast
 from .report import PAIRS, Failure, GradientReport, InputComparison, Verdict, error_map, non_finite
 from .signature import Signature, read_signature
-from .at_scale import at_scale, check_at_scale, sampled_plans
+from .at_scale import DrawnRaised, at_scale, check_at_scale, sampled_plans
 from .stages import STAGES, FirstOrder
 from .tolerances import Tolerances, default_tolerances
 from ..errors import FormulaError, LabError
@@ -298,9 +298,12 @@ def forward_difference(formula_output: Tensor, reference_output: Tensor, toleran
                 f"{tuple(reference_output.shape)}"), None
     mine, truth = as_float64(formula_output, formula_output).reshape(-1), as_float64(reference_output, reference_output).reshape(-1)
     scale = truth_scale({"reference": truth})
+    judgement = compare_entries(mine, {"reference": truth}, tolerances, scale=scale)  # the common case, without indexing millions of values
+    if not judgement.failed:
+        return "", None
     finite = np.isfinite(mine)  # an overflow is the same function computed badly: the verdict's to show, by the same truth
-    every = bool(finite.all())  # the common case, without indexing millions of values
-    judgement = compare_entries(mine if every else mine[finite], {"reference": truth if every else truth[finite]}, tolerances, scale=scale)
+    every = bool(finite.all())
+    judgement = judgement if every else compare_entries(mine[finite], {"reference": truth[finite]}, tolerances, scale=scale)
     if not judgement.failed:
         return "", None
     where = np.arange(mine.size) if every else np.flatnonzero(finite)
@@ -318,8 +321,9 @@ def _forward_error(formula_output: Tensor | None, reference_output: Tensor | Non
         return math.nan
     if not reference_output.numel():
         return 0.0
-    difference = (formula_output.double() - reference_output.double()).abs()
-    return float(difference.nan_to_num(nan=math.inf, posinf=math.inf).max())
+    difference = torch.sub(formula_output.double(), reference_output.double()).abs_()
+    largest = float(difference.max())
+    return largest if not math.isnan(largest) else math.inf
 
 
 def _comparison(name, x, index, grads, plan, run, reference, inputs, n_outputs, tolerances, jacobian_limit, budget_bytes, failure) -> InputComparison:
@@ -333,7 +337,7 @@ def _comparison(name, x, index, grads, plan, run, reference, inputs, n_outputs, 
     return InputComparison(
         name=name,
         gradients=grads,
-        errors={pair: error_map(pair, grads[pair[0]], grads[pair[1]]) for pair in PAIRS},
+        errors={pair: error_map(pair, grads[pair[0]], grads[pair[1]], computed=not (plan.sampled and "numerical" in pair)) for pair in PAIRS},
         non_finite={"input": non_finite(as_float64(x, x)), **{s: non_finite(g) for s, g in grads.items()}},
         plan=plan,
         jacobians=jacobians,
@@ -365,14 +369,15 @@ def evaluate(problem: Problem, tolerances: Tolerances, plans: Sequence[Differenc
     if output is None:
         return failure
     drawn = grad_output if grad_output is not None else choose_upstream(upstream, problem.loss, output, seed)
+    if failure is None and at_scale(inputs, output.numel()):  # the verdict samples, and computes the drawn gradients with its probes
+        nothing = [np.broadcast_to(np.nan, tuple(x.shape)) for x in inputs]  # no differences by groups at scale: read-only NaN, no memory
+        return Evaluation(output, drawn, sampled_plans(inputs, output.numel()), nothing, nothing, nothing, None)
     blank = [np.full(tuple(x.shape), np.nan) for x in inputs]
     analytic, numerical = blank, blank
     if failure is None:
         analytic, failure = _analytic(run, inputs, drawn)
         analytic = analytic if analytic is not None else blank
-    if failure is None and at_scale(inputs, output.numel()):  # the verdict samples: no plan, nothing differenced by groups
-        plans = sampled_plans(inputs, output.numel())
-    elif failure is None:
+    if failure is None:
         plans = list(plans) if plans is not None else plan(problem, tolerances, budget_bytes=budget_bytes, work_limit=work_limit)
         require_work(plans, inputs, 1, work_limit)
         plans = [with_values(run, inputs, p, budget_bytes) for p in plans]  # the maps draw the numerical gradient too
@@ -476,21 +481,26 @@ def _first_order(problem: Problem, options: CheckOptions, plans: Sequence[Differ
     jacobian = None
     if e.failure is None and any(p.sampled for p in e.plans):  # judge, at scale
         try:
-            jacobian = check_at_scale(checked.function, checked.reference, checked.inputs, checked.names, tolerances, seed=options.seed,
-                                      output_element=checked.output_element, role=checked.role)
+            sampled = check_at_scale(checked.function, checked.reference, checked.inputs, checked.names, tolerances, e.upstream,
+                                     seed=options.seed, output_element=checked.output_element, role=checked.role)
+        except DrawnRaised as raised:
+            e = replace(e, failure=Failure.of("backward", raised.__cause__))
         except FormulaError as error:
-            e = replace(e, failure=Failure.of("backward", error, when="given other upstream gradients"))
+            e = replace(e, failure=Failure.of("backward", error, when=_when_again(error)))
+        else:
+            jacobian = sampled.verdict
+            e = replace(e, analytic=sampled.analytic, referenced=sampled.referenced if checked.reference else e.numerical)
     elif e.failure is None:  # judge
         try:
             jacobian = check_jacobian(checked.function, checked.reference, checked.inputs, checked.names, e.plans, tolerances, seed=options.seed,
                                       budget_bytes=options.budget_bytes, work_limit=options.work_limit,
                                       output_element=checked.output_element, role=checked.role, looks=options.looks)
         except FormulaError as error:  # its backward raised for another upstream, or when called again on the graph
-            again = any(sign in str(error) for sign in ("modified by an inplace operation", "backward through the graph a second time"))
-            e = replace(e, failure=Failure.of("backward", error, when=REPEATED if again else "given other upstream gradients"))
-    comparisons = _maps(checked, e, jacobian, tolerances, options.jacobian_limit, options.budget_bytes)
+            e = replace(e, failure=Failure.of("backward", error, when=_when_again(error)))
+    sampled = jacobian is not None and bool(jacobian.coverage.sampled)  # at scale the drawn upstream is a probe: judged there
+    comparisons = None if sampled else _maps(checked, e, jacobian, tolerances, options.jacobian_limit, options.budget_bytes)
     trusted = [jacobian is not None and jacobian.coverage.judged_by_reference(name) for name in checked.names]
-    drawn = None if e.failure else _drawn_gradient_finding(
+    drawn = None if e.failure or sampled else _drawn_gradient_finding(
         comparisons, tolerances, trusted, jacobian.second_looked,
         [_gradient_noise(checked.function, checked.inputs, p, e.upstream, options.budget_bytes) for p in e.plans], jacobian.scales, checked.role)
     redrawn = False
@@ -499,11 +509,19 @@ def _first_order(problem: Problem, options: CheckOptions, plans: Sequence[Differ
         # the maps show the upstream that exposed it (an upstream the user chose is drawn as chosen)
         again = _redrawn(checked, e, jacobian, options)
         if again is not None:
-            e, redrawn = again, True
-            comparisons = _maps(checked, e, jacobian, tolerances, options.jacobian_limit, options.budget_bytes)
+            e, redrawn, comparisons = again, True, None
+    if comparisons is None:
+        comparisons = _maps(checked, e, jacobian, tolerances, options.jacobian_limit, options.budget_bytes)
     if low and upstream is not None and e.failure is None:  # the maps draw the formula's gradient as it runs, in the dtype
         comparisons = _low_analytic(problem, comparisons, upstream)
     return FirstOrder(**common, evaluation=e, jacobian=jacobian, comparisons=tuple(comparisons), drawn=drawn, redrawn=redrawn)
+
+
+def _when_again(error: FormulaError) -> str:
+    """When a backward that ran for the drawn upstream raised later: called again on the graph, or
+    given other upstreams."""
+    again = any(sign in str(error) for sign in ("modified by an inplace operation", "backward through the graph a second time"))
+    return REPEATED if again else "given other upstream gradients"
 
 
 def _low_upstream(problem: Problem, grad_output: Tensor | None, options: CheckOptions) -> Tensor | None:
@@ -531,6 +549,11 @@ def _redrawn(problem: Problem, e: Evaluation, jacobian: JacobianVerdict, options
     else:
         return None
     u = torch.from_numpy(np.ascontiguousarray(flat, dtype=np.float64)).reshape(tuple(e.output.shape)).to(e.output)
+    probe = next((p for p in jacobian.probes if p.upstream is flat), None)
+    if jacobian.coverage.sampled and probe is not None and (problem.reference is None or "reference" in probe.products):
+        # at scale the probe's products are the gradients for it: nothing is computed again
+        shaped = lambda source: [v.reshape(tuple(x.shape)) for v, x in zip(probe.products[source], problem.inputs)]  # noqa: E731
+        return replace(e, upstream=u, analytic=shaped("analytic"), referenced=shaped("reference") if problem.reference else e.numerical)
     try:
         analytic = gradients_for(problem.function, problem.inputs, u)
         numerical = [numerical_gradient(problem.function, problem.inputs, p, u, None, options.budget_bytes) for p in e.plans]
@@ -562,7 +585,7 @@ def _report(first: FirstOrder, verdict: Verdict, diagnosis, results: dict, famil
     precision = results.get("precision")
     forward_error = precision.output.formula.max_error if precision is not None and precision.output is not None else first.forward_error
     comparisons = first.comparisons
-    gradients = lambda source: np.concatenate([c.gradients[source].ravel() for c in comparisons]) if comparisons else np.zeros(0)  # noqa: E731
+    gradients = lambda source: np.concatenate([c.gradients[source].ravel() for c in comparisons]) if len(comparisons) != 1 else comparisons[0].gradients[source].ravel()  # noqa: E731
     return GradientReport(
         family=family,
         formula=problem.formula,

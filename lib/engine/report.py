@@ -198,6 +198,8 @@ class NonFinite:
 
 
 def non_finite(values: np.ndarray) -> NonFinite:
+    if not values.size or (math.isfinite(float(values.max())) and math.isfinite(float(values.min()))):  # the common case: no masks
+        return NonFinite(0, 0, ())
     nan, inf = np.isnan(values), np.isinf(values)
     count_nan, count_inf = int(nan.sum()), int(inf.sum())
     if not count_nan + count_inf:
@@ -227,9 +229,21 @@ class ErrorMap:
         return np.abs(self.signed)
 
 
-def error_map(pair: tuple[str, str], a: np.ndarray, b: np.ndarray) -> ErrorMap:
+def error_map(pair: tuple[str, str], a: np.ndarray, b: np.ndarray, computed: bool = True) -> ErrorMap:
+    """a − b for one pair of sources; ``computed`` False where a side was not computed (a sampled
+    verdict's numerical gradient): NaN, without arithmetic over millions of NaN."""
+    if not computed:
+        nothing = np.broadcast_to(np.nan, a.shape)  # read-only, no memory
+        return ErrorMap(pair, nothing, nothing, math.nan, math.nan, math.nan, None)
     signed = a - b
     absolute = np.abs(signed)
+    if a.size and math.isfinite(float(absolute.max())):  # every difference finite, the common case: no masks over millions of values
+        magnitude = np.asarray(np.abs(b), dtype=float)  # an array even for 0-d values
+        relative = np.maximum(magnitude, max(float(magnitude.max()) * 1e-12, np.finfo(np.float64).tiny), out=magnitude)
+        np.divide(absolute, relative, out=relative)
+        k = int(np.argmax(absolute))
+        worst = tuple(int(i) for i in np.unravel_index(k, a.shape))
+        return ErrorMap(pair, signed, relative, float(absolute.reshape(-1)[k]), float(absolute.mean()), float(relative.max()), worst)
     finite = np.isfinite(absolute)
     if not finite.any():  # nothing to compare (a side not computed: NaN); its relative error is NaN as well
         return ErrorMap(pair, signed, absolute, math.nan, math.nan, math.nan, None)
@@ -238,13 +252,6 @@ def error_map(pair: tuple[str, str], a: np.ndarray, b: np.ndarray) -> ErrorMap:
     if not math.isfinite(largest):
         largest = float(magnitude[np.isfinite(magnitude)].max(initial=0.0))
     relative = absolute / np.maximum(magnitude, max(largest * 1e-12, np.finfo(np.float64).tiny))
-    if finite.all():  # the common case, without masks over millions of values
-        k = int(np.argmax(absolute))
-        worst = tuple(int(i) for i in np.unravel_index(k, a.shape))
-        finite_relative = np.isfinite(relative)
-        max_rel = (float(relative.max()) if finite_relative.all() else
-                   float(relative[finite_relative].max()) if finite_relative.any() else math.nan)
-        return ErrorMap(pair, signed, relative, float(absolute.reshape(-1)[k]), float(absolute.mean()), max_rel, worst)
     masked = np.where(finite, absolute, -1.0)
     worst = tuple(int(i) for i in np.unravel_index(int(np.argmax(masked)), a.shape))
     return ErrorMap(

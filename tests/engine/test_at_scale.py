@@ -27,9 +27,9 @@ def test_a_right_elementwise_function_passes_with_its_coverage_in_numbers():
     assert X.numel() >= SCALE_ELEMENTS
     report = check_gradients(Square.apply, (X,), reference=lambda x: x * x, **FIRST)
     coverage = report.jacobian.coverage
-    assert report.verdict.passed and coverage.sampled == (X.numel(),) and coverage.probes == UPSTREAMS
-    assert coverage.probed == UPSTREAMS * X.numel()  # every element's gradient under every upstream
-    assert f"every input element's gradient under {UPSTREAMS} random upstream gradients" in report.verdict.summary
+    assert report.verdict.passed and coverage.sampled == (X.numel(),) and coverage.probes == 1 + UPSTREAMS  # the drawn one too
+    assert coverage.probed == (1 + UPSTREAMS) * X.numel()  # every element's gradient under every upstream
+    assert f"every input element's gradient under {1 + UPSTREAMS} upstream gradients, the drawn one and {UPSTREAMS} random" in report.verdict.summary
     assert coverage.entries == X.numel() ** 2  # of the whole Jacobian, said as what it is
 
 
@@ -79,3 +79,48 @@ def test_a_reference_that_is_not_the_forwards_derivative_is_no_truth_at_scale():
     report = check_gradients(Square.apply, (X,), reference=lambda x: x * x * 1.5, **FIRST)
     # its forward differs too: judged against the formula's own differences, where it is right
     assert report.jacobian.coverage.truths == ("numerical",)
+
+
+class DoubleWritingIntoGradOutput(torch.autograd.Function):
+    """2x, whose backward doubles grad_output in place and returns it (right, and legal for autograd)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return 2 * x
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return grad_output.mul_(2)
+
+
+class RaisesInBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * x
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        raise ValueError("no backward here")
+
+
+def test_the_drawn_gradients_are_the_first_probes_products():
+    report = check_gradients(Square.apply, (X,), reference=lambda x: x * x, **FIRST)
+    drawn = report.jacobian.probes[0]
+    assert torch.equal(torch.as_tensor(drawn.upstream), torch.ones(X.numel(), dtype=F64))  # the sum's upstream: ones
+    comparison = report.inputs[0]
+    assert (comparison.gradients["analytic"].reshape(-1) == drawn.products["analytic"][0]).all()
+    assert (comparison.gradients["reference"].reshape(-1) == drawn.products["reference"][0]).all()
+    assert torch.allclose(torch.from_numpy(comparison.gradients["reference"]), 2 * X)
+
+
+@pytest.mark.parametrize("reference", [lambda x: 2 * x, lambda x: 2 * x + 1 - 1], ids=["2x", "a gradient that is its upstream"])
+def test_a_backward_writing_into_grad_output_changes_no_other_products(reference):
+    report = check_gradients(DoubleWritingIntoGradOutput.apply, (X,), reference=reference, **FIRST)
+    assert report.verdict.passed, report.verdict.summary
+    assert all((p.products["reference"][0] == 2 * p.upstream).all() for p in report.jacobian.probes)
+
+
+def test_a_backward_that_raises_at_scale_is_its_own_failure_not_a_later_calls():
+    report = check_gradients(RaisesInBackward.apply, (X,), reference=lambda x: x * x, **FIRST)
+    failure = report.verdict.failure
+    assert failure is not None and failure.stage == "backward" and failure.kind == "ValueError" and failure.when == ""
