@@ -106,9 +106,10 @@ def check_at_scale(function: Callable[..., Tensor], reference: Callable[..., Ten
         referenced = [p[0].numpy().reshape(tuple(x.shape)) for p, x in zip(theirs, inputs)]
     try:
         products = _products(graph, vectors, zero=True)
-    except FormulaError as error:  # raised for the drawn upstream on a graph of its own: its backward's failure as such
-        _raises_for_the_first(function, inputs, upstreams[:1].clone(), error)
-        raise
+    except Exception as error:  # noqa: BLE001 - the formula's backward's own: raised for the drawn upstream alone, its failure as such
+        raised = FormulaError("The formula's backward", error)
+        _raises_for_the_first(function, inputs, upstreams[:1].clone(), raised)
+        raise raised from error
     del graph
     analytic = [p[:probes_count] for p in products]
     analytic_rows = [p[probes_count:-1] for p in products]
@@ -208,7 +209,7 @@ def _raises_for_the_first(function, inputs: Sequence[Tensor], first: Tensor, err
     forward call of its own (not a later call on a shared graph)."""
     try:
         vector_jacobian_products(function, inputs, first, batched=False)
-    except FormulaError:
+    except Exception:  # noqa: BLE001 - the code under test's
         raise DrawnRaised() from error
 
 
