@@ -7,7 +7,10 @@ order=1, conditions="none")`` and ``torch.autograd.gradcheck(fn, inputs, fast_mo
 same inputs in the same run, best of ``--repeats`` each (one at 4M elements and more). Prints per
 Function and size both times, their ratio, and whether each side caught the planted bug; the last
 line ``worst_ratio_vs_fast=R`` over every size (target: at most 3; below ``at_scale.SCALE_ELEMENTS``
-the whole Jacobian is read, which costs more than a projection).
+the whole Jacobian is read, which costs more than a projection: the 8k softmax's 67M dense entries
+are read row by row, far above fast gradcheck's one projection). At 4M elements and more each side
+runs once, cold: there every 32 MB array is a fresh mapping of the process's memory, so the ratio
+counts allocations as much as arithmetic.
 
     .venv/bin/python benchmarks/bench_scale.py [--largest 16777216] [--repeats 3] [--device cpu]
 """

@@ -1,7 +1,8 @@
 """Judge, at scale: where reading the whole Jacobian is not affordable, a stated verdict from
 samples whose cost grows with the elements, as gradcheck's fast mode does.
 
-- Every input element's gradient under ``UPSTREAMS`` random upstream vectors u, uᵀJ by the
+- Every input element's gradient under the drawn upstream (the one the maps draw: its gradients
+  are computed here once) and ``UPSTREAMS`` random upstream vectors u, uᵀJ by the
   formula's backward against the truth's, element by element: autograd through the reference,
   which must first reproduce finite differences along random directions d (uᵀ·f'(x)d against
   (uᵀJ)·d, as gradcheck's fast mode checks the formula). A local bug (one element 1 % off, one row
@@ -14,7 +15,10 @@ samples whose cost grows with the elements, as gradcheck's fast mode does.
 - A zero upstream must give exactly 0.
 
 What was covered is said in numbers (``Coverage.sampled``). Memory is a few copies of the inputs and
-outputs per upstream, never a Jacobian."""
+outputs per upstream, never a Jacobian. At millions of elements every pass over memory and every
+fresh allocation counts (gradcheck's fast mode makes about ten): each backward is handed its own
+upstream, products are kept as the backward returned them, and comparisons take the all-finite
+path without masks."""
 
 from __future__ import annotations
 
