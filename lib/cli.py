@@ -384,6 +384,9 @@ def check(args: argparse.Namespace) -> int:
     except ValueError as error:  # an unknown --parity path, refused before anything runs
         print(f"gradient lab: {error}", file=sys.stderr)
         return 2
+    if args.report and "plotly" in missing_app_packages():  # refused before anything runs, not after the checks
+        print(f"gradient lab: the HTML report draws with plotly, which comes with the dashboard's extra: {APP_EXTRA}", file=sys.stderr)
+        return 2
     try:
         results = check_module(args.source, family=args.family, shape=args.shape, dtype=args.dtype, seed=args.seed,
                                order=args.order, progress=progress, conditions=args.conditions, parity=args.parity,
@@ -428,7 +431,21 @@ def app_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     return [sys.executable, "-m", f"{__package__}.ui.serve", *rest], resolved  # streamlit run app.py, warmed first
 
 
+APP_EXTRA = "pip install 'gradient-lab[app]'"
+
+
+def missing_app_packages() -> list[str]:
+    """The dashboard's packages (the ``app`` extra) that are not installed."""
+    import importlib.util
+
+    return [name for name in ("streamlit", "plotly") if importlib.util.find_spec(name) is None]
+
+
 def app(argv: Sequence[str]) -> int:
+    missing = missing_app_packages()
+    if missing:  # the assertion and the check need neither: the dashboard is an extra
+        print(f"gradient lab: the dashboard needs {' and '.join(missing)}, which come with its extra: {APP_EXTRA}", file=sys.stderr)
+        return 2
     command, sources = app_command(argv)
     env = dict(os.environ)
     if sources:

@@ -8,21 +8,30 @@
 
       def test_my_functions(gradient_lab_check):
           gradient_lab_check("my_functions.py", shape=(8, 16))
+
+Loading the plugin imports neither torch nor streamlit: pytest loads it in every run of every
+environment where Gradient Lab is installed, so the checks, the report and the fixture import what
+they need when first used. Under pytest-xdist each worker's records travel to the controller
+(``workeroutput``), which writes one report in the order of the tests.
 """
 
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
 
-from . import testing
-from .engine.report import GradientReport
+from . import observers
+
+if TYPE_CHECKING:
+    from .engine.report import GradientReport
 
 OPTION = "--gradient-report"
+OUTSIDE = "(outside a test)"
+WORKER_RECORDS = "gradient_lab_records"  # the key of a worker's records in its workeroutput
 
 
 @dataclass(frozen=True)
@@ -45,12 +54,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 class _Session:
-    """The records of one pytest session, and the test that is running."""
+    """The records of one pytest session (or of one xdist worker's part of it), and the test that
+    is running."""
 
     def __init__(self, path: str | None) -> None:
-        self.path, self.records, self.test = path, [], "(outside a test)"
+        self.path, self.records, self.test = path, [], OUTSIDE
+        self.order: dict[str, int] = {}  # the tests' node ids in collection order, where xdist told them
 
     def observe(self, report: GradientReport, order: int, name: str) -> None:
+        from . import testing  # loaded already: a check just ran
+
         second = report.second_order
         wrong = not report.passed(order)
         self.records.append(Record(
@@ -60,19 +73,26 @@ class _Session:
             details=testing.failure_message(report, order) if wrong else f"first order {report.verdict.summary}",
         ))
 
+    def ordered(self) -> list[Record]:
+        """The records in the order of the tests (a stable sort: a test's own checks keep theirs);
+        checks outside a test last."""
+        last = len(self.order)
+        return sorted(self.records, key=lambda r: self.order.get(r.test, last + (r.test == OUTSIDE)))
+
     def write(self) -> Path:
+        records = self.ordered()
         rows = "".join(
             f"<tr class='{'pass' if r.passed else 'fail'}'><td>{html.escape(r.test)}</td><td>{html.escape(r.function)}</td>"
             f"<td>{'pass' if r.passed else 'FAIL'}</td><td>{html.escape(r.second_order)}</td><td>{html.escape(r.diagnosis or '-')}</td></tr>"
-            for r in self.records)
+            for r in records)
         details = "".join(f"<section><h2>{html.escape(r.test)}: {html.escape(r.function)}</h2><pre>{html.escape(r.details)}</pre></section>"
-                          for r in self.records)
-        failed = sum(not r.passed for r in self.records)
+                          for r in records)
+        failed = sum(not r.passed for r in records)
         page = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>Gradient Lab: gradient checks of a test session</title>"
                 f"<style>{STYLE}</style></head><body><h1>Gradient checks of a test session</h1>"
-                f"<p>{len(self.records)} checks, {failed} failed.</p><table><tr><th>test</th><th>Function</th><th>first order</th>"
+                f"<p>{len(records)} checks, {failed} failed.</p><table><tr><th>test</th><th>Function</th><th>first order</th>"
                 f"<th>second order</th><th>diagnosis</th></tr>{rows}</table>{details}</body></html>")
-        path = Path(self.path)
+        path = Path(self.path or "")
         path.write_text(page, encoding="utf-8")
         return path
 
@@ -88,19 +108,46 @@ pre { white-space: pre-wrap; background: #f8f8f8; padding: 0.75rem; font-size: 0
 _KEY = pytest.StashKey[_Session]()
 
 
+def _worker(config: pytest.Config) -> bool:
+    """Whether this process is a pytest-xdist worker (its records go to the controller)."""
+    return hasattr(config, "workerinput")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     session = _Session(config.getoption(OPTION))
     config.stash[_KEY] = session
-    testing.OBSERVERS.append(session.observe)
+    observers.OBSERVERS.append(session.observe)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which sends workeroutput to the controller
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    records = session.config.stash.get(_KEY, None)
+    if records is not None and _worker(session.config):
+        session.config.workeroutput[WORKER_RECORDS] = [asdict(r) for r in records.records]  # type: ignore[attr-defined]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    session = node.config.stash.get(_KEY, None)
+    if session is not None and not session.order:  # every worker collects the same tests in the same order
+        session.order = {test: k for k, test in enumerate(ids)}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    session = node.config.stash.get(_KEY, None)
+    output = getattr(node, "workeroutput", None) or {}
+    if session is not None:
+        session.records.extend(Record(**r) for r in output.get(WORKER_RECORDS, ()))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     session = config.stash.get(_KEY, None)
     if session is None:
         return
-    if session.observe in testing.OBSERVERS:
-        testing.OBSERVERS.remove(session.observe)
-    if session.path:
+    if session.observe in observers.OBSERVERS:
+        observers.OBSERVERS.remove(session.observe)
+    if session.path and not _worker(config):
         written = session.write()
         reporter = config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
@@ -116,7 +163,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem):
         return (yield)
     finally:
         if session is not None:
-            session.test = "(outside a test)"
+            session.test = OUTSIDE
 
 
 @pytest.fixture

@@ -27,14 +27,16 @@ from .engine.pipeline import compare_gradients
 from .app.family import Family, Formula, checked_batch_dims, sum_of_outputs
 from .engine.signature import differentiable, function_class, name_index
 from .engine.finding import truth_label
+from . import observers
 from .errors import LabError
 from .engine.judge import compare_entries, truth_scale
 
 Tensor = torch.Tensor
 WIDTH = 100  # a CI log's line
 # Called with (report, order, the Function's name) after every assert_gradients_match: the pytest
-# plugin's --gradient-report listens here (``testing.OBSERVERS``, a public hook).
-OBSERVERS: list[Callable[[GradientReport, int, str], None]] = []
+# plugin's --gradient-report listens here (``testing.OBSERVERS``, a public hook, kept in a module that
+# imports nothing so that the plugin can reach it without torch).
+OBSERVERS = observers.OBSERVERS
 
 
 def _callable(function) -> Callable[..., Tensor]:

@@ -13,6 +13,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -23,9 +25,27 @@ def pins(file: Path) -> set[str]:
     return {line for line in lines if line and not line.startswith("-r")}
 
 
-def test_the_package_pins_what_the_requirements_pin():
+def pinned(file: Path) -> dict[str, str]:
+    """The exact pins of a requirements file, by normalised name."""
+    found = {}
+    for line in pins(file):
+        requirement = Requirement(line)
+        (specifier,) = requirement.specifier
+        assert specifier.operator == "==", f"{file.name} pins exactly: {line}"
+        found[canonicalize_name(requirement.name)] = specifier.version
+    return found
+
+
+def test_the_package_declares_ranges_and_the_requirements_pin_versions_inside_them():
     project = PYPROJECT["project"]
-    assert set(project["dependencies"]) == pins(ROOT / "requirements.txt")
+    declared = [Requirement(r) for r in project["dependencies"] + project["optional-dependencies"]["app"]]
+    assert sorted(canonicalize_name(r.name) for r in declared) == ["numpy", "plotly", "streamlit", "torch"]
+    assert not any(s.operator == "==" for r in declared for s in r.specifier)  # ranges: a user's torch is kept
+    assert {canonicalize_name(Requirement(r).name) for r in project["dependencies"]} == {"numpy", "torch"}  # no web framework for the assertion
+    application = pinned(ROOT / "requirements.txt")
+    assert set(application) == {canonicalize_name(r.name) for r in declared}
+    for requirement in declared:
+        assert application[canonicalize_name(requirement.name)] in requirement.specifier, (requirement, application)
     assert set(project["optional-dependencies"]["dev"]) | set(PYPROJECT["build-system"]["requires"]) == pins(ROOT / "requirements-dev.txt")
     assert project["scripts"] == {"gradient-lab": "gradient_lab.cli:main"}
     assert project["entry-points"]["pytest11"] == {"gradient_lab": "gradient_lab.pytest_plugin"}
@@ -147,3 +167,33 @@ def test_installed_it_starts_the_dashboard_from_any_folder(installed, tmp_path):
     ran = run_installed(venv, tmp_path, "python", "-c", script)
     assert ran.returncode == 0 and ran.stdout.strip().startswith(str(venv)), ran.stderr[-3000:]
 
+
+
+WITHOUT_THE_APP = '''
+import sys
+class Absent:  # as in an environment where only the package's own dependencies are installed
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("streamlit", "plotly"):
+            raise ModuleNotFoundError(f"No module named {name!r}")
+sys.meta_path.insert(0, Absent())
+import importlib.util
+importlib.util.find_spec = (lambda find: lambda name, *a: None if name.split(".")[0] in ("streamlit", "plotly") else find(name, *a))(importlib.util.find_spec)
+'''
+
+
+def test_without_the_app_extra_the_assertion_checks_and_the_dashboard_is_refused_by_its_extras_name(tmp_path):
+    script = WITHOUT_THE_APP + (
+        "import torch\nfrom gradient_lab import assert_gradients_match, cli\n"
+        "x = torch.randn(3, 4, dtype=torch.float64)\n"
+        "assert_gradients_match(lambda t: t * t, (x,), reference=lambda t: t * t)\n"
+        "try:\n    assert_gradients_match(lambda t: 1.01 * t * t, (x,), reference=lambda t: t * t)\n"
+        "except AssertionError as error:\n    print('caught:', str(error).splitlines()[0])\n"
+        f"print('app exit', cli.main(['app']))\n"
+        f"print('report exit', cli.main(['check', {str(ROOT / 'examples' / 'my_functions.py')!r}, '--report', {str(tmp_path / 'r.html')!r}]))\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'streamlit', 'plotly'}))\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "caught: gradients of" in done.stdout and "app exit 2" in done.stdout and "report exit 2" in done.stdout
+    assert done.stdout.strip().endswith("[]")  # neither was imported
+    assert done.stderr.count("pip install 'gradient-lab[app]'") == 2 and "streamlit and plotly" in done.stderr
+    assert not (tmp_path / "r.html").exists()

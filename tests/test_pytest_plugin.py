@@ -85,3 +85,72 @@ def test_broken(gradient_lab_check):
     result.stdout.fnmatch_lines(["*is declared correct and fails:*", "*constant factor 0.5*"])
     text = html.unescape(report.read_text(encoding="utf-8"))
     assert "test_modules.py::test_example" in text and "swish / forgot chain rule" in text and "test_modules.py::test_broken" in text
+
+
+FOUR_CHECKS = '''
+import torch
+from gradient_lab import assert_gradients_match
+
+X = torch.randn(3, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+
+
+def first(x):
+    return x * x
+
+
+def second(x):
+    return x.sin()
+
+
+def third(x):
+    return x.exp()
+
+
+def fourth(x):
+    return x.tanh()
+
+
+def test_one():
+    assert_gradients_match(first, (X,), reference=lambda x: x * x)
+
+
+def test_two():
+    assert_gradients_match(second, (X,), reference=torch.sin)
+
+
+def test_three():
+    assert_gradients_match(third, (X,), reference=torch.exp)
+
+
+def test_four():
+    assert_gradients_match(fourth, (X,), reference=torch.tanh)
+'''
+
+
+def test_under_xdist_every_workers_checks_reach_one_report_in_the_order_of_the_tests(pytester, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the workers are processes of their own: gradient_lab from this checkout
+    pytester.makepyfile(test_four=FOUR_CHECKS)
+    report = pytester.path / "r.html"
+    result = pytester.runpytest_subprocess("-n", "2", "-p", "gradient_lab.pytest_plugin", f"--gradient-report={report}")
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines([f"gradient report: {report} (4 checks)"])
+    text = html.unescape(report.read_text(encoding="utf-8"))
+    assert "4 checks, 0 failed" in text
+    rows = [text.index(f"test_four.py::test_{n}</td><td>{f}</td>") for n, f in (("one", "first"), ("two", "second"), ("three", "third"),
+                                                                                ("four", "fourth"))]
+    assert rows == sorted(rows)  # the tests' order, whichever worker ran which
+
+
+def test_loading_the_plugin_imports_neither_torch_nor_streamlit(pytester, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    pytester.makeconftest('''
+import sys
+
+def pytest_sessionfinish(session):
+    heavy = sorted({m.split(".")[0] for m in sys.modules} & {"torch", "streamlit", "plotly", "numpy"})
+    print("heavy modules:", heavy or "none")
+''')
+    pytester.makepyfile(test_plain="def test_nothing_to_do_with_gradients():\n    assert 1 + 1 == 2\n")
+    result = pytester.runpytest_subprocess("-s", "-p", "gradient_lab.pytest_plugin", "--gradient-report=r.html")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*heavy modules: none*"])
