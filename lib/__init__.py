@@ -16,7 +16,7 @@ The names are loaded on first use, so ``import gradient_lab`` stays cheap.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.23.0"
 __all__ = ["assert_gradients_match", "check_gradients", "declare"]
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 _WHERE = {"assert_gradients_match": ".testing", "check_gradients": ".testing", "declare": ".app.family"}
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name in _WHERE:
         import importlib
 

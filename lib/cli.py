@@ -252,9 +252,9 @@ def text_table(results: Sequence[FormulaResult]) -> str:
         if r.parity is not None:
             lines.append(textwrap.fill(f"parity: {r.parity.describe()}", WIDTH, initial_indent="    ", subsequent_indent="      "))
             lines += [f"      {c.label:<52} {c.outcome}" for c in r.parity.cells]
-            failed = [t.name for t in r.parity.opcheck if not t.passed]
+            failing = [t.name for t in r.parity.opcheck if not t.passed]
             if r.parity.opcheck:
-                lines.append(f"    opcheck: {'fails ' + ', '.join(failed) if failed else 'passes'} (it checks no numbers)")
+                lines.append(f"    opcheck: {'fails ' + ', '.join(failing) if failing else 'passes'} (it checks no numbers)")
     lines.append("-" * WIDTH)
     failed = [r for r in results if r.status == "FAILED"]
     warned = [r for r in results if r.status == "warning"]

@@ -188,12 +188,16 @@ def test_without_the_app_extra_the_assertion_checks_and_the_dashboard_is_refused
         "assert_gradients_match(lambda t: t * t, (x,), reference=lambda t: t * t)\n"
         "try:\n    assert_gradients_match(lambda t: 1.01 * t * t, (x,), reference=lambda t: t * t)\n"
         "except AssertionError as error:\n    print('caught:', str(error).splitlines()[0])\n"
+        "from gradient_lab import check_gradients\n"
+        "card = check_gradients(lambda t: 1.01 * t * t, (x,), reference=lambda t: t * t, order=1)._repr_html_()\n"
+        "print('notebook card:', 'fail' in card.lower() and '<svg' in card)\n"
         f"print('app exit', cli.main(['app']))\n"
         f"print('report exit', cli.main(['check', {str(ROOT / 'examples' / 'my_functions.py')!r}, '--report', {str(tmp_path / 'r.html')!r}]))\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'streamlit', 'plotly'}))\n")
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "caught: gradients of" in done.stdout and "app exit 2" in done.stdout and "report exit 2" in done.stdout
+    assert "notebook card: True" in done.stdout  # a report draws its card, picture included, without plotly
     assert done.stdout.strip().endswith("[]")  # neither was imported
     assert done.stderr.count("pip install 'gradient-lab[app]'") == 2 and "streamlit and plotly" in done.stderr
     assert not (tmp_path / "r.html").exists()

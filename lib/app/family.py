@@ -91,7 +91,7 @@ class Family:
             raise KeyError(f"family {self.name!r} has no reference")
 
         @functools.wraps(function)
-        def bound(*inputs):
+        def bound(*inputs: Any) -> Any:
             try:
                 return function(*inputs, **merged)
             except FormulaError:
@@ -101,7 +101,7 @@ class Family:
 
         return bound
 
-    def run(self, formula: str | None, inputs: tuple[Tensor, ...], **params) -> Any:
+    def run(self, formula: str | None, inputs: tuple[Tensor, ...], **params: Any) -> Any:
         """The output(s) of one formula (``None``: the reference) on ``inputs``."""
         return self.bind(formula, params)(*inputs)
 
@@ -160,7 +160,8 @@ def get_family(name: str) -> Family:
 
 
 def _same_shaped_normals(names: tuple[str, ...]) -> Callable[..., tuple[Tensor, ...]]:
-    def build_inputs(shape, *, seed=0, dtype=torch.float64, device="cpu", broadcast=False, **_params):
+    def build_inputs(shape: Sequence[int], *, seed: int = 0, dtype: torch.dtype = torch.float64, device: str | torch.device = "cpu",
+                     broadcast: bool = False, **_params: Any) -> tuple[Tensor, ...]:
         generator = torch.Generator().manual_seed(seed)
         draws = [torch.randn(tuple(shape), generator=generator, dtype=torch.float64) for _ in names]
         return tuple(x.to(dtype=dtype, device=device) for x in draws)
@@ -181,7 +182,9 @@ def checked_batch_dims(batch_dims: Sequence[int | None] | None, n_inputs: int) -
 
 
 def sum_of_outputs(*outputs: Tensor) -> Tensor:
-    return sum(o.sum() for o in outputs)
+    total = sum(o.sum() for o in outputs)
+    assert isinstance(total, Tensor), "no differentiable output to sum"
+    return total
 
 
 def declare(
@@ -227,7 +230,7 @@ def declare(
     """
     if order not in (1, 2, None):
         raise ValueError(f"order must be 1 or 2 (or None, not declared), not {order!r}")
-    def as_callable(f):
+    def as_callable(f: Callable[..., Tensor] | type[torch.autograd.Function]) -> Callable[..., Any]:
         return positional_apply(f) if isinstance(f, type) and issubclass(f, torch.autograd.Function) else f
 
     latex = dict(latex or {})

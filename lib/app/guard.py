@@ -57,6 +57,7 @@ def _counted_pattern(problem: Problem, cap: int) -> list[int] | None:
         if counts is not None:
             _PATTERN_COUNTS.move_to_end(key)
             return counts if sum(counts) <= cap else None
+    assert problem.reference is not None  # the pattern is the reference's: without one the engine goes whole
     counts = pattern_entries(problem.reference, problem.inputs, chunk_bytes(), cap)
     if counts is None:
         return None
@@ -117,13 +118,14 @@ def require_report_memory(problem: Problem, tolerances: Tolerances, what: str, h
     counts = _counted_pattern(problem, cap)
     if counts is None:
         require([cap + 1] + [0] * (len(sizes) - 1), f"its Jacobian has more than {cap:,} entries that are not 0")
+    assert counts is not None  # refused just above
     require(counts, f"its Jacobian has {sum(counts):,} entries that are not 0")
     try:
         plans = plan(problem, tolerances, budget_bytes=chunk_bytes(), work_limit=limit)
     except Exception:  # noqa: BLE001 - the engine will meet the same failure and say so; until then, the whole Jacobian
         require(whole, in_full)
         return None
-    entries = [p.rows.size if p.structured else outputs * p.n_inputs for p in plans]
+    entries = [p.pattern[0].size if p.structured else outputs * p.n_inputs for p in plans]
     whole_inputs = [p.input_index for p in plans if not p.structured]
     if work_first and sum(p.evaluations for p in plans) * elements > limit:
         return plans  # the work limit refuses it before any value is computed

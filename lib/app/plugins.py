@@ -59,6 +59,7 @@ def _import(source: str):
             raise FileNotFoundError(f"no such file: {path.resolve()}")
         digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:8]
         spec = importlib.util.spec_from_file_location(f"gradient_lab_user_{path.stem}_{digest}", path)
+        assert spec is not None and spec.loader is not None  # a .py file's: a source loader
         module = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = module
         spec.loader.exec_module(module)
@@ -79,7 +80,9 @@ def source_digest(source: str) -> str:
             spec = importlib.util.find_spec(source)
         except (ImportError, ValueError):
             return ""
-        path = Path(spec.origin) if spec is not None and spec.origin else None
+        if spec is None or not spec.origin:
+            return ""
+        path = Path(spec.origin)
     try:
         return hashlib.sha1(path.read_bytes()).hexdigest() if path is not None else ""
     except OSError:

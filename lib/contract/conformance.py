@@ -149,11 +149,13 @@ def _backward_is_differentiable(ctx: _Context) -> bool:
         inputs = ctx.fresh()
         out = ctx.function(*inputs)
         grad_output = torch.ones_like(out, requires_grad=True)
-        grads = torch.autograd.grad(out, inputs, grad_output, create_graph=True, allow_unused=True)
-        grads = [g for g in grads if g is not None and g.requires_grad]
+        grads = [g for g in torch.autograd.grad(out, inputs, grad_output, create_graph=True, allow_unused=True)
+                 if g is not None and g.requires_grad]
         if not grads:
             return False
-        seconds = torch.autograd.grad(sum(g.sum() for g in grads), (*inputs, grad_output), allow_unused=True)
+        total = sum(g.sum() for g in grads)
+        assert isinstance(total, torch.Tensor)  # grads is not empty
+        seconds = torch.autograd.grad(total, (*inputs, grad_output), allow_unused=True)
         return any(s is not None for s in seconds)
     except Exception:  # noqa: BLE001 - cannot tell: keep gradgradcheck's own verdict
         return True

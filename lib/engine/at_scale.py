@@ -145,7 +145,7 @@ def check_at_scale(function: Callable[..., Tensor], reference: Callable[..., Ten
                                      **{source: tuple(truths[i][source][k] for i in range(len(inputs)))
                                         for source in ("reference", "numerical") if all(source in t for t in truths)}})
                    for k in range(probes_count))
-    probes_judged = [[compare_entries(p.products["analytic"][i], {s: p.products[s][i] for s in p.products if s != "analytic"},
+    probes_judged = [[compare_entries(p.analytic(i), {s: v for s in p.products if s != "analytic" and (v := p.products[s][i]) is not None},
                                       tolerances, scale=scales[i]) for i in range(len(inputs))] for p in probes]
     finding = (worst_entry(entries, judged, output_element, tolerances, role, scales)
                or not_zero(zero, names, inputs, [(NONE, NONE)] * len(inputs), NONE, scales, tolerances)
@@ -248,7 +248,7 @@ def _projections(products, directions, along, upstreams: Tensor):
         yield np.array([row.numpy() @ flat_d for row in product]), flat_u @ moved
 
 
-def _reproduces(products: Sequence[Tensor], directions, along, upstreams: Tensor) -> bool:
+def _reproduces(products: Sequence[Sequence[Tensor]], directions, along, upstreams: Tensor) -> bool:
     """Whether the reference's uᵀJ reproduce the differences along each direction: (uᵀJ)·d against
     uᵀ(f'(x)d), within ``FOREIGN_GAP`` of their size (else it is the gradient of another function)."""
     for mine, theirs in _projections(products, directions, along, upstreams):
@@ -279,7 +279,8 @@ def _columns(function, inputs: Sequence[Tensor], step: float, seed: int) -> tupl
     return elements, columns
 
 
-def _row_entries(names, inputs, rows: np.ndarray, analytic: Sequence[Tensor], reference: Sequence[Tensor] | None) -> list[InputEntries]:
+def _row_entries(names, inputs, rows: np.ndarray, analytic: Sequence[Sequence[Tensor]],
+                 reference: Sequence[Sequence[Tensor]] | None) -> list[InputEntries]:
     """The sampled rows' entries per input where either side is not 0, with the reference's beside
     the formula's where it is a truth."""
     found = []
@@ -289,8 +290,8 @@ def _row_entries(names, inputs, rows: np.ndarray, analytic: Sequence[Tensor], re
             found.append(InputEntries(name, tuple(x.shape), empty, empty, {"analytic": np.zeros(0), "numerical": np.zeros(0)}))
             continue
         r, c, mine, theirs = [], [], [], []
-        for row, a, b in zip(rows, analytic[i], reference[i]):  # one sampled row at a time: no (rows, elements) copy
-            a, b = a.numpy(), b.numpy()
+        for row, mine_row, theirs_row in zip(rows, analytic[i], reference[i]):  # one sampled row at a time: no (rows, elements) copy
+            a, b = mine_row.numpy(), theirs_row.numpy()
             nonzero = np.flatnonzero((a != 0) | (b != 0))
             r.append(np.full(nonzero.size, row, dtype=np.int64))
             c.append(nonzero)
@@ -311,7 +312,7 @@ def _entry_scale(entries: InputEntries, columns: np.ndarray) -> float:
     return largest if largest > 0 else 1.0
 
 
-def _directional(analytic: Sequence[Tensor], directions, along, upstreams: Tensor, names, inputs, tolerances: Tolerances) -> Finding | None:
+def _directional(analytic: Sequence[Sequence[Tensor]], directions, along, upstreams: Tensor, names, inputs, tolerances: Tolerances) -> Finding | None:
     """Every element together, as gradcheck's fast mode: (uᵀJ)·d by the formula against uᵀ(f'(x)d)
     by differences, per input; a finding where they differ beyond the tolerance (scaled to their size)."""
     flat_u = upstreams.reshape(upstreams.shape[0], -1).numpy()

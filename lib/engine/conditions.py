@@ -223,7 +223,7 @@ class _Truths:
         self._referenced: dict[int, list] = {}  # autograd through the reference, every input at once
         self._truth: dict[tuple[int, int], np.ndarray] = {}
 
-    def plain(self, u: Tensor) -> list[np.ndarray | None]:
+    def plain(self, u: Tensor) -> list[np.ndarray]:
         if id(u) not in self._plain:
             self._plain[id(u)] = backward_products(self.problem.function, self.problem.inputs, None, u)
         return self._plain[id(u)]

@@ -112,7 +112,7 @@ def check_batch_invariance(problem, seed: int = 0, declared: bool = True, rows: 
         return BatchInvariance("not applicable", "the output has no batch dimension to take a row of")
     full = backward_products(problem.function, problem.inputs, None, u)
     companions = _companions(problem, given, in_batch, batch, seed)
-    eps = torch.finfo(first.dtype).eps
+    eps = torch.finfo(problem.inputs[0].dtype).eps  # ``first``: a batch of two rows or more
     compared = []
     for r in sorted({0, batch - 1})[:rows]:
         alone = problem.remake(tuple(x[r:r + 1] if b else x for x, b in zip(given, in_batch)))

@@ -398,13 +398,18 @@ def _region(verdict, a, t, finite, inputs, tolerances) -> Finding | None:
         placed = _position(bad_cols.reshape(shape), e.name)
         if placed:
             words, where, short = placed
-            return Finding("position", f"wrong only at {words}", evidence, f"wrong only at {short}", (i, lambda _values, where=where: where))
+            return Finding("position", f"wrong only at {words}", evidence, f"wrong only at {short}", (i, _always(where)))
         flat = np.asarray(x, dtype=np.float64).reshape(-1)
         found = _condition(flat, bad_cols, e.name)
         if found:
             words, holds = found
             return Finding("region", f"wrong only where {words}", evidence, "", (i, holds))
     return None
+
+
+def _always(where: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """A prediction that names the same elements whatever the input's values."""
+    return lambda _values: where
 
 
 def _position(bad: np.ndarray, name: str) -> tuple[str, np.ndarray, str] | None:
@@ -423,8 +428,8 @@ def _position(bad: np.ndarray, name: str) -> tuple[str, np.ndarray, str] | None:
         whole = np.broadcast_to(slices.reshape([-1 if k == d else 1 for k in range(bad.ndim)]), bad.shape)
         if not np.array_equal(whole, bad):
             continue
-        index = lambda p, d=d: ", ".join(str(p) if k == d else ":" for k in range(bad.ndim))  # noqa: E731
-        shown = " and ".join(f"{name}[{index(int(p))}]" for p in positions[:4]) + ("…" if positions.size > 4 else "")
+        at_position = lambda p, d=d: ", ".join(str(p) if k == d else ":" for k in range(bad.ndim))  # noqa: E731
+        shown = " and ".join(f"{name}[{at_position(int(p))}]" for p in positions[:4]) + ("…" if positions.size > 4 else "")
         edge = np.all((positions < positions.size) | (positions >= n - positions.size))  # packed against the ends
         short = f"{name}'s boundary along dim {d}" if edge else f"{positions.size} slices of {name} along dim {d}"
         return shown + (f", the boundary along dim {d}" if edge else f", along dim {d}"), whole.reshape(-1).copy(), short

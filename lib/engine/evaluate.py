@@ -10,7 +10,7 @@ a time. Backward calls give uᵀJ for batches of upstream vectors u.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence, TypedDict, overload
 
 import numpy as np
 import torch
@@ -113,7 +113,12 @@ def cosine_of(a: np.ndarray, b: np.ndarray) -> float:
     return float(a @ b / (na * nb)) if na > 0 and nb > 0 else float("nan")
 
 
-def backward_products(function, inputs: Sequence[Tensor], needs: Sequence[bool] | None, upstream: Tensor | None) -> list[np.ndarray | None]:
+@overload
+def backward_products(function, inputs: Sequence[Tensor], needs: None, upstream: Tensor | None) -> list[np.ndarray]: ...
+@overload
+def backward_products(function, inputs: Sequence[Tensor], needs: Sequence[bool], upstream: Tensor | None) -> list[np.ndarray | None]: ...
+def backward_products(function, inputs: Sequence[Tensor], needs: Sequence[bool] | None,
+                      upstream: Tensor | None) -> list[np.ndarray] | list[np.ndarray | None]:
     """Per input, uᵀJ by the function's backward, in float64 on the CPU, with only the inputs that
     ``needs`` marks requiring a gradient (None: every one): zeros where backward gave none, None
     where the input did not require one. ``upstream`` None: ones. A copy of it is handed to
@@ -267,6 +272,7 @@ def _blocks(function, inputs, plan: DifferencePlan, step: float, budget_bytes: i
 def _compressed_values(function, inputs, plan: DifferencePlan, step: float, budget_bytes: int, base: Tensor | None = None) -> np.ndarray:
     """Entry (r, c) of the pattern is row r of its colour's difference; with ``base``, (2, entries):
     the differences and the gaps between one-sided slopes, from the same evaluations."""
+    assert plan.colors is not None and plan.rows is not None and plan.cols is not None  # a structured plan's
     color_of_entry = plan.colors[plan.cols]
     values = np.zeros((2, plan.rows.size)) if base is not None else np.zeros(plan.rows.size)
     for first, block in _blocks(function, inputs, plan, step, budget_bytes, base):
@@ -297,7 +303,7 @@ def with_values(function, inputs, plan: DifferencePlan, budget_bytes: int = DEFA
     they are kept, and the plan says so (else the differences' own noise was the cause)."""
     if plan.values is not None:
         return plan
-    rows, cols = (plan.rows, plan.cols) if plan.structured else _all_entries(plan.n_outputs, plan.n_inputs)
+    rows, cols = plan.pattern if plan.structured else _all_entries(plan.n_outputs, plan.n_inputs)
     found = _values_and_gaps(function, inputs, plan, rows, budget_bytes)
     if plan.batched and plan.directions and not reproduces(plan, rows, cols, found["values"]):
         plain = replace(plan, batched=False)
@@ -307,7 +313,15 @@ def with_values(function, inputs, plan: DifferencePlan, budget_bytes: int = DEFA
     return replace(plan, **found)
 
 
-def _values_and_gaps(function, inputs, plan: DifferencePlan, rows: np.ndarray, budget_bytes: int) -> dict[str, np.ndarray]:
+class _Differenced(TypedDict):
+    """A plan's fields that ``_values_and_gaps`` fills."""
+
+    values: np.ndarray
+    gaps: np.ndarray
+    gap_rounding: np.ndarray
+
+
+def _values_and_gaps(function, inputs, plan: DifferencePlan, rows: np.ndarray, budget_bytes: int) -> _Differenced:
     """The numerical Jacobian's values (on the pattern, or whole and flat), the gaps between
     their one-sided slopes, and the rounding those gaps carry, from one set of evaluations (and
     f(x) once)."""
@@ -330,7 +344,9 @@ def _compute_values(function, inputs, plan: DifferencePlan, step: float, budget_
 def jacobian_values(function, inputs, plan: DifferencePlan, step: float | None = None, budget_bytes: int = DEFAULT_BUDGET_BYTES) -> np.ndarray:
     """The numerical Jacobian's values (on the pattern, or whole and flat) at ``step`` (None: the plan's)."""
     if step is None or step == plan.step:
-        return with_values(function, inputs, plan, budget_bytes).values
+        values = with_values(function, inputs, plan, budget_bytes).values
+        assert values is not None  # with_values computes them
+        return values
     return _compute_values(function, inputs, plan, step, budget_bytes)
 
 
@@ -351,7 +367,7 @@ def numerical_entries(function, inputs, plan: DifferencePlan, step: float | None
     (their structure is unknown)."""
     values = jacobian_values(function, inputs, plan, step, budget_bytes)
     if plan.structured:
-        return plan.rows, plan.cols, values
+        return *plan.pattern, values
     jacobian = values.reshape(plan.n_outputs, plan.n_inputs)
     keep = (jacobian != 0) | ~np.isfinite(jacobian)
     keep[plan.skip_rows, :] = True
@@ -490,14 +506,14 @@ def look_at_elements(function, inputs: Sequence[Tensor], index: int, elements: S
         # the point itself first: its value and its moves' are computed the same way, so their differences hold no vmap rounding
         shifts = torch.tensor((0.0, *moves * len(elements)), dtype=flat.dtype, device=flat.device)
         where = torch.tensor([elements[0], *elements], device=flat.device).repeat_interleave(torch.tensor([1, *[len(moves)] * len(elements)]))
-        values = []
+        chunks = []
         for start in range(0, shifts.numel(), chunk):
             copies = flat.repeat(min(chunk, shifts.numel() - start), 1)
             copies[torch.arange(copies.shape[0]), where[start : start + chunk]] += shifts[start : start + chunk]
             with torch.no_grad():
                 out = _evaluate_batch(function, inputs, index, copies.reshape(-1, *x.shape))
-            values.append(out.detach().double().cpu().reshape(copies.shape[0], -1).numpy())
-        values = np.concatenate(values)
+            chunks.append(out.detach().double().cpu().reshape(copies.shape[0], -1).numpy())
+        values = np.concatenate(chunks)
         base, moved = values[0], values[1:].reshape(len(elements), len(moves), -1)
     looks = {}
     for number, element in enumerate(elements):
@@ -527,6 +543,7 @@ def one_sided_gaps(function, inputs, plan: DifferencePlan, budget_bytes: int = D
     one-sided slopes, |f(x + h) + f(x − h) − 2 f(x)| / h, and the rounding that gap carries,
     eps·|f(x)|/h: at a smooth point the gap is h·f'', at a kink the jump of the slope."""
     plan = with_values(function, inputs, plan, budget_bytes)
+    assert plan.gaps is not None and plan.gap_rounding is not None  # computed with its values
     return plan.gaps, plan.gap_rounding
 
 
@@ -548,7 +565,7 @@ def summed_gradients(function, inputs: Sequence[Tensor]) -> list[tuple[int, tupl
         if not isinstance(node, torch.autograd.function.BackwardCFunction):
             continue
         try:
-            metadata = node._input_metadata  # one per output of the Function's forward
+            metadata = node._input_metadata  # type: ignore[attr-defined]  # one per output of the Function's forward: set by torch's C++ node, not in its stubs
             upstreams = [torch.ones(m.shape, dtype=m.dtype) if m.dtype.is_floating_point else torch.zeros(m.shape) for m in metadata]
             with torch.no_grad():
                 raw = node.apply(*upstreams)
@@ -561,6 +578,6 @@ def summed_gradients(function, inputs: Sequence[Tensor]) -> list[tuple[int, tupl
             leaf = getattr(edge, "variable", None)
             g = raw[position] if position < len(raw) else None
             index = next((i for i, x in enumerate(xs) if x is leaf), None)
-            if index is not None and isinstance(g, Tensor) and tuple(g.shape) != tuple(leaf.shape):
+            if index is not None and isinstance(g, Tensor) and tuple(g.shape) != tuple(xs[index].shape):
                 found.append((index, tuple(g.shape)))
     return found

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .evaluate import cosine_of
 from .signature import name_element
@@ -45,7 +46,7 @@ class Evidence:
     scale: float  # the unit of atol: the truth's largest |entry|
 
     @classmethod
-    def of_product(cls, name: str, shape: tuple[int, ...], formula: np.ndarray, truth: np.ndarray, wrong: np.ndarray,
+    def of_product(cls, name: str, shape: tuple[int, ...], formula: ArrayLike, truth: ArrayLike, wrong: ArrayLike,
                    scale: float) -> Evidence:
         formula, truth = np.asarray(formula, dtype=float).reshape(-1), np.asarray(truth, dtype=float).reshape(-1)
         return cls(name, shape, np.arange(formula.size), formula, truth, np.asarray(wrong, dtype=bool).reshape(-1), scale)

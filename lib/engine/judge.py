@@ -89,7 +89,13 @@ class Probe:
     """uᵀJ for one random upstream vector u, per source and input (flat)."""
 
     upstream: np.ndarray
-    products: dict[str, tuple[np.ndarray, ...]]
+    products: dict[str, tuple[np.ndarray | None, ...]]  # None: an input the source is no truth for (never the analytic)
+
+    def analytic(self, index: int) -> np.ndarray:
+        """The formula's own product for input ``index``: there for every input."""
+        product = self.products["analytic"][index]
+        assert product is not None
+        return product
 
 
 @dataclass(frozen=True)
@@ -334,7 +340,7 @@ def compare_entries(analytic: np.ndarray, truths: dict[str, np.ndarray], toleran
         largest = gap.max(initial=-np.inf)
         if largest > 0 and largest > worst_gap:  # the truth that the worst entry is worst against
             worst_gap, against = largest, name
-    if excess is None:  # no truth at all
+    if excess is None or any_truth is None:  # no truth at all
         return Judgement(np.full(a.shape, -np.inf), np.ones(a.shape, dtype=bool), None)
     left_out = ~any_truth | agrees_with_pytorch
     return Judgement(excess, left_out, against)
@@ -405,7 +411,7 @@ def check_jacobian(
     graph = forward_graph(function, inputs)
     shape, m = tuple(graph[1].shape), graph[1].numel()
     output_element = output_element or (lambda flat: name_element("out", shape, flat))
-    patterns = [(p.rows, p.cols) if p.structured else (t[0], t[1]) for p, t in zip(plans, numerical)]
+    patterns = [_pattern(p, t) for p, t in zip(plans, numerical)]
     colors = row_colors(patterns, sizes, m)
     groups = int(colors.max()) + 1 if colors.size else 0
     partial = f"{groups:,} backward calls would exceed the work limit" if groups * sum(sizes) > work_limit else ""
@@ -414,17 +420,18 @@ def check_jacobian(
     truths: list[dict[str, np.ndarray]] = [{} if t is None or not differences else {"numerical": t[2]} for t in numerical]
     trusted = [reference is not None] * len(inputs)  # per input: the reference is a truth there
     foreign: dict[int, np.ndarray] = {}  # per input where it is not: the reference's entries
-    marked: dict[int, np.ndarray] | None = None  # the kinks, found once where they are needed
+    marked: dict[int, dict[int, ElementLook]] | None = None  # the kinks, found once where they are needed
     if reference is not None and not partial:
-        kept = [p.reference_values if p.structured else None for p in plans]
-        if any(k is None for k in kept):
+        kept = [p.reference_values for p in plans if p.structured and p.reference_values is not None]
+        if len(kept) < len(plans):  # a plan without the reference's entries
             kept = compressed_entries(reference, inputs, patterns, colors, skip, shape, budget_bytes)
         for i, (truth, values, plan, (rows, cols)) in enumerate(zip(truths, kept, plans, patterns)):
             trusted[i] = (not differences or plan.reference_values is not None or coarse(inputs[i], tolerances.step)
                           or reproduces(plan, rows, cols, values) or directional_gap(plan, rows, cols, values) <= FOREIGN_GAP)
-            if not trusted[i] and numerical[i] is not None:  # far off along random directions: kinks can do that too
+            differenced = numerical[i]
+            if not trusted[i] and differenced is not None:  # far off along random directions: kinks can do that too
                 marked = marked if marked is not None else _marked_kinks(function, inputs, plans, plans, tolerances, budget_bytes)
-                trusted[i] = not _mostly_wrong(values, numerical[i], noises[i], np.array(sorted(marked.get(i, {})), dtype=np.int64), tolerances)
+                trusted[i] = not _mostly_wrong(values, differenced, noises[i], np.array(sorted(marked.get(i, {})), dtype=np.int64), tolerances)
             if trusted[i]:
                 truth["reference"] = values
             else:
@@ -435,6 +442,7 @@ def check_jacobian(
     kink_elements: list[np.ndarray] = [NONE] * len(inputs)
     forgiven: dict = {"noise": {}, "looks": {}}  # per input, elements judged on a second look, and the kinked ones' looks
     kink_looks: dict[int, dict[int, ElementLook]] = {}  # per input, the kinked elements' one-sided slopes: where the truth is a set
+    scales: Sequence[float | None]  # per input, the truths' scale (None: each judgement's own)
     if not partial:
         analytic = _backward(compressed_entries, function, inputs, patterns, colors, skip, shape, budget_bytes, graph=graph)
         entries = _entries(names, inputs, patterns, truths, analytic, skip, noises)
@@ -476,11 +484,12 @@ def check_jacobian(
     )
 
     def probe_noise(k: int, i: int) -> dict[str, np.ndarray] | None:
-        return None if numerical[i] is None else {"numerical": product_noise(plans[i], inputs[i], numerical[i], flat_u[k])}
+        differenced = numerical[i]
+        return None if differenced is None else {"numerical": product_noise(plans[i], inputs[i], differenced, flat_u[k])}
 
     if not entries:
         scales = [None] * len(inputs)
-    probes_judged = [[compare_entries(p.products["analytic"][i], _probe_truths(p, i), tolerances, probe_noise(k, i), scales[i])
+    probes_judged = [[compare_entries(p.analytic(i), _probe_truths(p, i), tolerances, probe_noise(k, i), scales[i])
                       for i in range(len(inputs))] for k, p in enumerate(probe_list)]
     finding = (worst_entry(entries, judged, output_element, tolerances, role, scales)
                or not_zero(zero, names, inputs, patterns, skip, scales, tolerances))
@@ -577,7 +586,8 @@ def not_zero(gradients: Sequence[np.ndarray], names, inputs, patterns, skip: np.
             wrong &= ~undefined
         if wrong.any():
             k = int(np.argmax(np.where(wrong, np.nan_to_num(np.abs(gradient), nan=np.inf), -1.0)))
-            scale = scales[i] if i < len(scales) and scales[i] is not None else 1.0
+            own = scales[i] if i < len(scales) else None
+            scale = own if own is not None else 1.0
             evidence = Evidence.of_product(name, tuple(x.shape), gradient, np.zeros(gradient.size), wrong, scale)
             return Finding("zero upstream", name, tuple(x.shape), k, float(gradient[k]), 0.0, upstream=np.zeros(0), tolerances=tolerances,
                            scale=scale, evidence=(evidence,))
@@ -597,15 +607,15 @@ def _off_pattern(entries: Sequence[InputEntries], probes: Sequence[Probe], toler
         for i, e in enumerate(entries):
             upstream = probe.upstream[e.rows]
             terms = upstream * e.values["analytic"]
-            n = probe.products["analytic"][i].size
+            n = probe.analytic(i).size
             ordered = in_order(e.cols, n)  # one entry per element, in order: the sums per element are the terms
             on_pattern = terms if ordered else np.bincount(e.cols, weights=terms, minlength=n)
             scale = np.abs(terms) if ordered else np.bincount(e.cols, weights=np.abs(terms), minlength=n)
             truths = _probe_truths(probe, i)
-            atol = tolerances.atol * max(scales[i] if scales[i] is not None else truth_scale(truths or {"analytic": probe.products["analytic"][i]}),
+            atol = tolerances.atol * max(own if (own := scales[i]) is not None else truth_scale(truths or {"analytic": probe.analytic(i)}),
                                          tolerances.unit)
             with np.errstate(invalid="ignore"):
-                outside = np.abs(probe.products["analytic"][i] - on_pattern)
+                outside = np.abs(probe.analytic(i) - on_pattern)
                 excess = outside - (atol + tolerances.rtol**2 * scale)
                 finite = np.isfinite(on_pattern)
                 if not finite.all():
@@ -660,8 +670,8 @@ def _linear(function, inputs, upstreams: Tensor, tolerances: Tolerances) -> bool
     b(u₁ + u₂) = b(u₁) + b(u₂) and b(2u₁) = 2·b(u₁), for the probes' u₁, u₂."""
     u1, u2 = upstreams[0], upstreams[-1]
     b = vector_jacobian_products(function, inputs, torch.stack([u1, u2, u1 + u2, 2 * u1]), batched=False)
-    for g in b:
-        g = g.numpy()
+    for products in b:
+        g = products.numpy()
         scale = max(float(np.abs(g[np.isfinite(g)]).max(initial=0.0)), 1.0)
         for lhs, rhs in ((g[2], g[0] + g[1]), (g[3], 2 * g[0])):
             finite = np.isfinite(lhs) & np.isfinite(rhs)
@@ -676,7 +686,7 @@ def _locate(function, inputs, entries: Sequence[InputEntries], probes: Sequence[
     linear backward's excess over the entries splits over the outputs, so halving the outputs
     the probe's upstream covers, and keeping the half with more, finds one in log₂(outputs) calls."""
     probe, e = probes[number - 1], entries[index]
-    analytic = probe.products["analytic"][index]
+    analytic = probe.analytic(index)
     k = int(np.argmax(np.abs(analytic - _on_pattern(e, probe.upstream, analytic.size))))
     mine = e.cols == k  # the entries of that element
 
@@ -856,8 +866,16 @@ def _sharper(base: ElementLook, fine: ElementLook | None, row: int) -> ElementLo
     return fine if error(fine) < error(base) else base
 
 
+def _pattern(plan: DifferencePlan, entries: tuple[np.ndarray, np.ndarray, np.ndarray] | None) -> tuple[np.ndarray, np.ndarray]:
+    """The Jacobian's pattern (rows, cols) for an input: its plan's where coloured, else its numerical entries'."""
+    if plan.structured:
+        return plan.pattern
+    assert entries is not None  # not coloured: every element differenced, so its entries were computed
+    return entries[0], entries[1]
+
+
 def _probe_truths(probe: Probe, index: int) -> dict[str, np.ndarray]:
-    return {name: probe.products[name][index] for name in TRUTHS if name in probe.products and probe.products[name][index] is not None}
+    return {name: product for name in TRUTHS if name in probe.products and (product := probe.products[name][index]) is not None}
 
 
 def _truths(values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -882,7 +900,8 @@ def worst_entry(entries: Sequence[InputEntries], judged, output_element: Callabl
     e = entries[index]
     evidence = tuple(_entries_evidence(entry, judgement, against, scale) for entry, judgement, scale
                      in zip(entries, judged, scales or [None] * len(entries)))
-    scale = scales[index] if index < len(scales) and scales[index] is not None else truth_scale(_truths(e.values))
+    own = scales[index] if index < len(scales) else None
+    scale = own if own is not None else truth_scale(_truths(e.values))
     return Finding("entry", e.name, e.shape, int(e.cols[k]), float(e.values["analytic"][k]), float(e.values[against][k]), against, role,
                    output=output_element(int(e.rows[k])), tolerances=tolerances, scale=scale, evidence=evidence)
 
@@ -907,7 +926,7 @@ def worst_probe(probes: Sequence[Probe], judged, names, inputs, tolerances: Tole
                 k = int(np.argmax(excess))
                 if worst is None or excess[k] > worst[0]:
                     worst = (excess[k], number, i, k, against,
-                             scales[i] if scales[i] is not None else truth_scale(_probe_truths(probe, i)))
+                             own if (own := scales[i]) is not None else truth_scale(_probe_truths(probe, i)))
     if worst is None:
         return None
     _, number, i, k, against, scale = worst
@@ -917,15 +936,15 @@ def worst_probe(probes: Sequence[Probe], judged, names, inputs, tolerances: Tole
         truths = _probe_truths(probe, j)
         source = judgement.against or (against if against in truths else next(iter(truths), None))
         if source is not None:
-            evidence.append(Evidence.of_product(name, tuple(inputs[j].shape), probe.products["analytic"][j], truths[source],
-                                                judgement.excess > 0, scales[j] if scales[j] is not None else truth_scale(truths)))
-    return Finding("probe", names[i], tuple(inputs[i].shape), k, float(probe.products["analytic"][i][k]),
-                   float(probe.products[against][i][k]), against, role, probe=number, upstream=probe.upstream, tolerances=tolerances,
+            evidence.append(Evidence.of_product(name, tuple(inputs[j].shape), probe.analytic(j), truths[source],
+                                                judgement.excess > 0, own if (own := scales[j]) is not None else truth_scale(truths)))
+    return Finding("probe", names[i], tuple(inputs[i].shape), k, float(probe.analytic(i)[k]),
+                   float(_probe_truths(probe, i)[against][k]), against, role, probe=number, upstream=probe.upstream, tolerances=tolerances,
                    scale=scale, evidence=tuple(evidence))
 
 
 def _excluded(entries: Sequence[InputEntries], judged, output_element: Callable[[int], str]) -> tuple[int, tuple[str, ...]]:
-    count, where = 0, []
+    count, where = 0, list[str]()
     for e, judgement in zip(entries, judged):
         left_out = judgement.left_out
         count += int(left_out.sum())

@@ -88,9 +88,10 @@ PARITY_SETS = {"all": PATH_KEYS, "quick": tuple(p.key for p in PATHS if not p.in
 
 def paths_of(which: str | Iterable[str]) -> tuple[Path, ...]:
     """The paths a set (``PARITY_SETS``) or a list of keys names; ValueError for an unknown one."""
-    keys = PARITY_SETS.get(which) if isinstance(which, str) else tuple(which)
-    if keys is None:
-        keys = tuple(k.strip() for k in which.split(","))
+    if isinstance(which, str):  # a set's name, else keys, comma-separated
+        keys = PARITY_SETS.get(which) or tuple(k.strip() for k in which.split(","))
+    else:
+        keys = tuple(which)
     unknown = [k for k in keys if k not in PATH_KEYS]
     if unknown:
         raise ValueError(f"unknown parity path {', '.join(map(repr, unknown))}; choose from: {', '.join(PARITY_SETS)}, "
@@ -178,7 +179,7 @@ class _Truth:
     def eager_vjp(self, k: int) -> list[np.ndarray]:
         return self.memo(("eager vjp", k), lambda: backward_products(self.function, self.inputs, None, self.upstreams[k]))
 
-    def truth_vjp(self, point: int, k: int, inputs=None, upstream=None) -> tuple[list[np.ndarray], list[str]]:
+    def truth_vjp(self, point: int | tuple[str, int], k: int, inputs=None, upstream=None) -> tuple[list[np.ndarray], list[str]]:
         def compute():
             xs = inputs or self.inputs
             u = self.upstreams[k] if upstream is None else upstream
@@ -238,6 +239,7 @@ def double_backward(function, inputs: Sequence[Tensor], upstream: Tensor, w: Seq
         y = function(*xs)
         grads = torch.autograd.grad(y, xs, upstream.to(y.dtype).clone(), create_graph=True, allow_unused=True, materialize_grads=True)
         paired = sum((g * d.to(g.dtype)).sum() for g, d in zip(grads, w))
+        assert isinstance(paired, Tensor)  # a sum over at least one input
         if not paired.requires_grad:  # the backward is no function of x: its derivative is zero
             return [np.zeros(tuple(x.shape)) for x in xs]
         seconds = torch.autograd.grad(paired, xs, allow_unused=True, materialize_grads=True)
@@ -258,7 +260,7 @@ class _Side:
     truth_names: list[str]
     names: list[str]  # per entry, whose element ("x1", "out")
     scales: list[float]
-    noise: list[np.ndarray | None] = field(default_factory=list)
+    noise: Sequence[np.ndarray | None] = field(default_factory=list)
 
 
 def _judge(path: Path, sides: Sequence[_Side], tolerances: Tolerances, role: str, eager_wrong: bool, **fields) -> ParityCell:
@@ -389,7 +391,8 @@ def _compile(run: _Run, path: Path) -> ParityCell:
 
 
 def _has_custom_jvp(owner: type) -> bool:
-    return getattr(owner, "jvp", None) is not None and getattr(owner.jvp, "__func__", owner.jvp) is not \
+    jvp = getattr(owner, "jvp", None)
+    return jvp is not None and getattr(jvp, "__func__", jvp) is not \
         getattr(torch.autograd.Function.jvp, "__func__", torch.autograd.Function.jvp)
 
 
@@ -430,7 +433,7 @@ def _dynamic(run: _Run, path: Path) -> ParityCell:
     before = counter[0]  # the calls that read the signature run without grad: another graph, not a recompile of this one
     got = backward_products(second.function, smaller, None, u)
     recompiles = counter[0] - before
-    eager_problem = p.remake(resized) if p.remake is not None else None
+    eager_problem = p.remake(resized)  # _resized gives None where the problem has no remake
     eager = backward_products(eager_problem.function, smaller, None, u)
     if all(run.truth.by_reference):
         truth, names = backward_products(eager_problem.reference, smaller, None, u), ["reference"] * len(smaller)
@@ -464,7 +467,7 @@ def _func_grad(run: _Run, path: Path) -> ParityCell:
 
 def _func_vjp(run: _Run, path: Path) -> ParityCell:
     f, xs = run.problem.function, run.problem.inputs
-    output, pullback = torch.func.vjp(f, *xs)
+    output, pullback = torch.func.vjp(f, *xs)  # type: ignore[misc]  # torch annotates 2 or 3 values (has_aux); without aux, 2
     sides = [run.output_side(output, run.truth.output)]
     for k, u in enumerate(run.truth.upstreams):
         sides.append(run.vjp_side([as_float64(g, x) for g, x in zip(pullback(u), xs)], k))
@@ -475,7 +478,7 @@ def _func_jvp(run: _Run, path: Path) -> ParityCell:
     f, xs = run.problem.function, run.problem.inputs
     sides = []
     for k, v in enumerate(run.truth.tangents):
-        output, tangent = torch.func.jvp(f, tuple(xs), v)
+        output, tangent = torch.func.jvp(f, tuple(xs), v)  # type: ignore[misc]  # torch annotates 2 or 3 values (has_aux); without aux, 2
         if k == 0:
             sides.append(run.output_side(output, run.truth.output))
         sides.append(run.jvp_side(tangent, k))
@@ -574,7 +577,12 @@ def _formula_of(problem) -> Callable | None:
     if problem.remake is None:
         return problem.function
     seen: list[Callable] = []
-    problem.remake(problem.given, formula=lambda f: seen.append(f) or f)
+
+    def keep(f: Callable) -> Callable:
+        seen.append(f)
+        return f
+
+    problem.remake(problem.given, formula=keep)
     return seen[0] if seen else None
 
 
@@ -653,7 +661,7 @@ class _Context:
 
 
 @contextlib.contextmanager
-def _forward_only(owner: type):
+def _forward_only(owner: type[torch.autograd.Function]):
     """``owner``'s forward runs alone under autograd, in this thread: the gradient as if it had no
     backward. A formula holds ``owner.apply`` already bound, so the hook is where ``Function.apply``
     hands over to C++ (``super().apply``), and every other Function goes on to C++ as before."""
@@ -667,11 +675,11 @@ def _forward_only(owner: type):
             return native.__get__(None, cls)(*args, **kwargs)
         return owner.forward(_Context(len(args)), *args, **kwargs) if takes_ctx else owner.forward(*args, **kwargs)
 
-    base.apply = classmethod(apply)
+    base.apply = classmethod(apply)  # type: ignore[attr-defined]  # apply comes from torch's C++ base class, not in its stubs
     try:
         yield
     finally:
-        del base.apply
+        del base.apply  # type: ignore[attr-defined]  # as above
 
 
 def _bypass(run: _Run) -> str:

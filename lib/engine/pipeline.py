@@ -83,11 +83,13 @@ def _drawn_gradient_finding(comparisons: Sequence[InputComparison], tolerances: 
             reference[second_looked[i]] = np.nan  # at a kink the reference's own choice is one right answer of several
             numerical, reference = numerical.reshape(c.gradients["numerical"].shape), reference.reshape(c.gradients["reference"].shape)
         truths = {**({"numerical": numerical} if role != "surrogate" else {}), **({"reference": reference} if trusted[i] else {})}
-        noise = {"numerical": noises[i]} if i < len(noises) and noises[i] is not None else None
-        scale = scales[i] if i < len(scales) and scales[i] is not None else truth_scale(truths)  # the Jacobian's, not the product's
+        own_noise, own_scale = noises[i] if i < len(noises) else None, scales[i] if i < len(scales) else None
+        noise = {"numerical": own_noise} if own_noise is not None else None
+        scale = own_scale if own_scale is not None else truth_scale(truths)  # the Jacobian's, not the product's
         judgement = compare_entries(c.gradients["analytic"], truths, tolerances, noise, scale)
         excess, against = judgement.excess, judgement.against
         if excess.size and excess.max() > 0:
+            assert against is not None  # an entry out of tolerance is out against a truth
             flat = int(np.argmax(excess))
             analytic, truth = c.gradients["analytic"].reshape(-1), c.gradients[against].reshape(-1)
             shape = tuple(c.gradients["analytic"].shape)
@@ -121,11 +123,12 @@ def _second_point(problem: Problem, plans: Sequence[DifferencePlan], trusted: Se
         moved = point[0]
         if index not in found:
             try:
+                assert problem.function is not None  # a judged problem: its forward ran
                 with torch.no_grad():
                     output = problem.function(*moved)
                 u = torch.randn(tuple(output.shape), generator=generator, dtype=torch.float64).to(output)
                 analytic = gradients_for(problem.function, moved, u)[index]
-                truth = (gradients_for(problem.reference, moved, u)[index] if trusted[index] else
+                truth = (gradients_for(problem.reference, moved, u)[index] if trusted[index] and problem.reference is not None else
                          numerical_gradient(problem.function, moved, _at_another_point(plans[index]), u, tolerances.step, budget_bytes))
                 wrong = compare_entries(analytic, {"truth": truth}, tolerances).excess > 0
                 found[index] = (as_float64(moved[index], moved[index]).reshape(-1), wrong.reshape(-1))
@@ -149,6 +152,7 @@ def _plain_verdict(first: FirstOrder, diagnosis=None) -> Verdict:
     jacobian, drawn = first.jacobian, first.drawn
     if first.failure is not None:
         return Verdict("fail", why=why, failure=first.failure)
+    assert jacobian is not None  # nothing raised: the Jacobian was judged
     coverage = jacobian.coverage.describe()
     if first.forward:
         found = jacobian.found or drawn  # the backward against its own forward
@@ -273,6 +277,7 @@ def _outputs(problem: Problem) -> tuple[Tensor | None, Tensor | None, Failure | 
         except Exception as error:  # noqa: BLE001 - a user's reference may be broken too
             return None, None, Failure.of("reference", error)
     try:
+        assert problem.function is not None  # a problem without a failure has its forward
         with torch.no_grad():
             return reference_output, problem.function(*problem.inputs), None
     except Exception as error:  # noqa: BLE001 - the formula under test may be broken
@@ -366,17 +371,18 @@ def evaluate(problem: Problem, tolerances: Tolerances, plans: Sequence[Differenc
     inputs, run, reference = problem.inputs, problem.function, problem.reference
     reference_output, formula_output, failure = outputs or _outputs(problem)
     output = reference_output if reference_output is not None else formula_output
-    if output is None:
+    if output is None:  # neither forward ran: one of them raised
+        assert failure is not None
         return failure
     drawn = grad_output if grad_output is not None else choose_upstream(upstream, problem.loss, output, seed)
     if failure is None and at_scale(inputs, output.numel()):  # the verdict samples, and computes the drawn gradients with its probes
         nothing = [np.broadcast_to(np.nan, tuple(x.shape)) for x in inputs]  # no differences by groups at scale: read-only NaN, no memory
         return Evaluation(output, drawn, sampled_plans(inputs, output.numel()), nothing, nothing, nothing, None)
-    blank = [np.full(tuple(x.shape), np.nan) for x in inputs]
+    blank: list[np.ndarray] = [np.full(tuple(x.shape), np.nan) for x in inputs]
     analytic, numerical = blank, blank
     if failure is None:
-        analytic, failure = _analytic(run, inputs, drawn)
-        analytic = analytic if analytic is not None else blank
+        computed, failure = _analytic(run, inputs, drawn)
+        analytic = computed if computed is not None else blank
     if failure is None:
         plans = list(plans) if plans is not None else plan(problem, tolerances, budget_bytes=budget_bytes, work_limit=work_limit)
         require_work(plans, inputs, 1, work_limit)
@@ -419,7 +425,7 @@ def check(problem: Problem, options: CheckOptions | None = None, /, *, family: s
     options, where a front end has it already (``first_report`` showed it)."""
     options = CheckOptions.of(options, **overrides)
     start, given = time.perf_counter(), first is not None
-    first = first if given else first_order(problem, options, plans, grad_output)
+    first = first if first is not None else first_order(problem, options, plans, grad_output)
     results: dict[str, Any] = {}
     for stage in STAGES:
         if stage.applies(first, options, results):
@@ -469,27 +475,29 @@ def _first_order(problem: Problem, options: CheckOptions, plans: Sequence[Differ
         forward_error = _forward_error(outputs[1], outputs[0]) if outputs[0].shape == outputs[1].shape else math.inf
         if forward:  # then its gradient is no truth for this backward
             checked, outputs = replace(exact, reference=None, role="reference"), (None, *outputs[1:])
-    if outputs and (outputs[0] if outputs[0] is not None else outputs[1]) is not None:  # entries below the output's rounding are rounding
-        output = outputs[0] if outputs[0] is not None else outputs[1]
+    output = (outputs[0] if outputs[0] is not None else outputs[1]) if outputs else None
+    if output is not None:  # entries below the output's rounding are rounding
         tolerances = replace(tolerances, unit=max(options.unit, resolution_unit(output, exact.inputs)))
     e = exact.failure or evaluate(checked, tolerances, plans, grad_output, options.upstream, options.seed, options.budget_bytes,
                                   options.work_limit, outputs)
-    common = dict(problem=problem, exact=exact, checked=checked, tolerances=tolerances, outputs=outputs or (), forward=forward,
+    common: dict[str, Any] = dict(problem=problem, exact=exact, checked=checked, tolerances=tolerances, outputs=outputs or (), forward=forward,
                   forward_found=forward_found, forward_error=forward_error, upstream=upstream, judge=check)
     if isinstance(e, Failure):
         return FirstOrder(**common, evaluation=None, jacobian=None, comparisons=(), drawn=None, raised=e)
+    assert checked.function is not None  # evaluated: its forward ran
     jacobian = None
     if e.failure is None and any(p.sampled for p in e.plans):  # judge, at scale
         try:
-            sampled = check_at_scale(checked.function, checked.reference, checked.inputs, checked.names, tolerances, e.upstream,
+            probed = check_at_scale(checked.function, checked.reference, checked.inputs, checked.names, tolerances, e.upstream,
                                      seed=options.seed, output_element=checked.output_element, role=checked.role)
         except DrawnRaised as raised:
+            assert raised.__cause__ is not None  # raised from the backward's own error
             e = replace(e, failure=Failure.of("backward", raised.__cause__))
         except FormulaError as error:
             e = replace(e, failure=Failure.of("backward", error, when=_when_again(error)))
         else:
-            jacobian = sampled.verdict
-            e = replace(e, analytic=sampled.analytic, referenced=sampled.referenced if checked.reference else e.numerical)
+            jacobian = probed.verdict
+            e = replace(e, analytic=probed.analytic, referenced=probed.referenced if probed.referenced is not None else e.numerical)
     elif e.failure is None:  # judge
         try:
             jacobian = check_jacobian(checked.function, checked.reference, checked.inputs, checked.names, e.plans, tolerances, seed=options.seed,
@@ -498,9 +506,9 @@ def _first_order(problem: Problem, options: CheckOptions, plans: Sequence[Differ
         except FormulaError as error:  # its backward raised for another upstream, or when called again on the graph
             e = replace(e, failure=Failure.of("backward", error, when=_when_again(error)))
     sampled = jacobian is not None and bool(jacobian.coverage.sampled)  # at scale the drawn upstream is a probe: judged there
-    comparisons = None if sampled else _maps(checked, e, jacobian, tolerances, options.jacobian_limit, options.budget_bytes)
+    comparisons: Sequence[InputComparison] | None = None if sampled else _maps(checked, e, jacobian, tolerances, options.jacobian_limit, options.budget_bytes)
     trusted = [jacobian is not None and jacobian.coverage.judged_by_reference(name) for name in checked.names]
-    drawn = None if e.failure or sampled else _drawn_gradient_finding(
+    drawn = None if e.failure or sampled or comparisons is None or jacobian is None else _drawn_gradient_finding(
         comparisons, tolerances, trusted, jacobian.second_looked,
         [_gradient_noise(checked.function, checked.inputs, p, e.upstream, options.budget_bytes) for p in e.plans], jacobian.scales, checked.role)
     redrawn = False
@@ -529,8 +537,10 @@ def _low_upstream(problem: Problem, grad_output: Tensor | None, options: CheckOp
     None where the code under test raises in the dtype (the precision stage's to report)."""
     dtype = problem.inputs[0].dtype
     try:
+        truth = problem.reference or problem.function
+        assert truth is not None  # below float64 without a failure: its forward ran
         with torch.no_grad():
-            output = (problem.reference or problem.function)(*problem.inputs)
+            output = truth(*problem.inputs)
         return grad_output.to(dtype) if grad_output is not None else choose_upstream(options.upstream, problem.loss, output, options.seed).to(dtype)
     except Exception:  # noqa: BLE001 - the code under test raising in the dtype
         return None
@@ -551,10 +561,11 @@ def _redrawn(problem: Problem, e: Evaluation, jacobian: JacobianVerdict, options
     u = torch.from_numpy(np.ascontiguousarray(flat, dtype=np.float64)).reshape(tuple(e.output.shape)).to(e.output)
     probe = next((p for p in jacobian.probes if p.upstream is flat), None)
     if jacobian.coverage.sampled and probe is not None and (problem.reference is None or "reference" in probe.products):
-        # at scale the probe's products are the gradients for it: nothing is computed again
-        shaped = lambda source: [v.reshape(tuple(x.shape)) for v, x in zip(probe.products[source], problem.inputs)]  # noqa: E731
+        # at scale the probe's products are the gradients for it (every input has each source's): nothing is computed again
+        shaped = lambda source: [v.reshape(tuple(x.shape)) for v, x in zip(probe.products[source], problem.inputs) if v is not None]  # noqa: E731
         return replace(e, upstream=u, analytic=shaped("analytic"), referenced=shaped("reference") if problem.reference else e.numerical)
     try:
+        assert problem.function is not None  # evaluated: its forward ran
         analytic = gradients_for(problem.function, problem.inputs, u)
         numerical = [numerical_gradient(problem.function, problem.inputs, p, u, None, options.budget_bytes) for p in e.plans]
         referenced = gradients_for(problem.reference, problem.inputs, u) if problem.reference else numerical
@@ -585,7 +596,8 @@ def _report(first: FirstOrder, verdict: Verdict, diagnosis, results: dict, famil
     precision = results.get("precision")
     forward_error = precision.output.formula.max_error if precision is not None and precision.output is not None else first.forward_error
     comparisons = first.comparisons
-    gradients = lambda source: np.concatenate([c.gradients[source].ravel() for c in comparisons]) if len(comparisons) != 1 else comparisons[0].gradients[source].ravel()  # noqa: E731
+    gradients = lambda source: (np.concatenate([c.gradients[source].ravel() for c in comparisons]) if len(comparisons) != 1  # noqa: E731
+                                else comparisons[0].gradients[source].ravel())
     return GradientReport(
         family=family,
         formula=problem.formula,
@@ -619,6 +631,7 @@ def _low_analytic(problem: Problem, comparisons: Sequence[InputComparison], upst
     """The float64 maps with the analytic gradient of the formula run in the dtype (its errors
     against the float64 truths are what the dtype costs); as they were where its backward raises."""
     try:
+        assert problem.function is not None  # evaluated: its forward ran
         analytic = gradients_for(problem.function, problem.inputs, upstream)
     except Exception:  # noqa: BLE001 - the precision stage reports the formula raising in the dtype
         return tuple(comparisons)
@@ -648,12 +661,14 @@ def wrong_inputs(problems: Sequence[Problem], tolerances: Tolerances | None = No
     if not known:
         return {}
     first = known[0]
+    assert first.reference is not None  # known: a problem with a reference
     dtype = first.inputs[0].dtype
     tolerances = tolerances or default_tolerances(dtype)
     with torch.no_grad():
         upstream = upstream_gradient(first.loss, first.reference(*first.inputs))
     if is_low(dtype):  # below float64, the precision rule: against float64, beside the reference in the dtype
         exact = exact_problem(first)
+        assert exact.reference is not None  # the same problem upcast
         truth, baseline = gradients_for(exact.reference, exact.inputs, upstream.double()), gradients_for(first.reference, first.inputs, upstream)
         differs = lambda a, t, b: not judge_values("", a.reshape(-1), b.reshape(-1), t.reshape(-1), dtype, "reference", None).passed  # noqa: E731
     else:
@@ -661,6 +676,9 @@ def wrong_inputs(problems: Sequence[Problem], tolerances: Tolerances | None = No
         differs = lambda a, t, b: compare_entries(a, {"reference": t}, tolerances).against is not None  # noqa: E731
     wrong = {}
     for p in problems:
+        if p.function is None:  # its forward raised before anything ran
+            wrong[p.formula] = first.names
+            continue
         try:
             analytic = gradients_for(p.function, p.inputs, upstream)
         except Exception:  # noqa: BLE001 - the formula under test may be broken

@@ -66,6 +66,12 @@ class DifferencePlan:
         return self.colors is not None
 
     @property
+    def pattern(self) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, cols) of a structured plan's pattern: set with its colours."""
+        assert self.rows is not None and self.cols is not None, "only a structured plan has a pattern"
+        return self.rows, self.cols
+
+    @property
     def n_groups(self) -> int:
         return int(self.colors.max()) + 1 if self.colors is not None and self.colors.size else self.n_inputs
 
@@ -90,6 +96,7 @@ def jacobian_rows(function: Callable[..., Tensor], inputs: Sequence[Tensor], bud
         basis = torch.zeros(k, m, dtype=y.dtype, device=y.device)
         basis[torch.arange(k), torch.arange(start, start + k)] = 1.0
         basis = basis.reshape(k, *y.shape)
+        rows: Sequence[Tensor | None]  # per input; None where unused (allow_unused)
         try:
             rows = torch.autograd.grad(y, xs, basis.clone(), retain_graph=True, is_grads_batched=True, allow_unused=True)  # a backward may write into it
         except Exception:  # noqa: BLE001 - a backward without a vmap rule: one row at a time

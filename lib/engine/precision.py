@@ -237,7 +237,9 @@ def _point(low, exact, by_reference: Sequence[bool], upstreams: Sequence[Tensor]
     the dtype; the truth gets it upcast). Raises FormulaError where the formula raises."""
     dtype = low.inputs[0].dtype
     n = len(low.inputs)
-    formula, baseline, truth = ([[] for _ in range(n)] for _ in range(3))
+    formula: list[list[np.ndarray]] = [[] for _ in range(n)]
+    baseline: list[list[np.ndarray]] = [[] for _ in range(n)]
+    truth: list[list[np.ndarray]] = [[] for _ in range(n)]
     exact_upstreams = [u.double() for u in upstreams]
     mine, y = _products(low.function, low.inputs, upstreams)
     true_reference = _products(exact.reference, exact.inputs, exact_upstreams) if exact.reference is not None else None
@@ -245,11 +247,13 @@ def _point(low, exact, by_reference: Sequence[bool], upstreams: Sequence[Tensor]
     theirs = _products(low.reference, low.inputs, upstreams) if has_baseline else None
     for k in range(len(upstreams)):
         for i in range(n):
-            t = true_reference[0][k][i] if by_reference[i] else true_own[0][k][i]
+            source = true_reference if by_reference[i] else true_own
+            assert source is not None  # the reference where it is the truth, else the formula's own in float64
+            t = source[0][k][i]
             formula[i].append(mine[k][i])
             truth[i].append(t)
             baseline[i].append(theirs[0][k][i] if theirs is not None and by_reference[i] else _rounded(t, dtype))
-    y_true = (true_reference or true_own)[1] if (true_reference or true_own) is not None else _output(exact.function, exact.inputs)
+    y_true = known[1] if (known := true_reference or true_own) is not None else _output(exact.function, exact.inputs)
     y_base = theirs[1] if theirs is not None else _rounded(y_true, dtype)
     return _Sides(formula, baseline, truth, (y, y_base, y_true))
 
@@ -353,8 +357,8 @@ def _tolerances(low, exact, by_reference, has_baseline: bool, seed: int, draws: 
     draw = low.draw if low.draw is not None else shuffled_draw(low.given)
     count = draws_for(sum(x.numel() for x in low.inputs), draws)
     n = len(low.inputs)
-    needed = {"formula": [[] for _ in range(n)], "baseline": [[] for _ in range(n)]}
-    scales = [[] for _ in range(n)]
+    needed: dict[str, list[list[np.ndarray]]] = {"formula": [[] for _ in range(n)], "baseline": [[] for _ in range(n)]}
+    scales: list[list[float]] = [[] for _ in range(n)]
     for d in range(count):
         try:
             given = draw(seed + 1000 + d)

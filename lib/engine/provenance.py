@@ -62,7 +62,7 @@ ROOT_AT_ZERO = "a negative power of 0 (the derivative of sqrt or a norm at 0)"
 _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 
 
-def _user_line(frames: Iterable[tuple[str, int]] | None = None) -> str:
+def _user_line(frames: Iterable[tuple[str, int | None]] | None = None) -> str:
     """The innermost frame outside torch and Gradient Lab of ``frames`` (outermost first; the live
     stack where None): the user's code, as file:line."""
     frames = [(f.filename, f.lineno) for f in traceback.extract_stack()] if frames is None else list(frames)
@@ -83,7 +83,7 @@ def _derivative() -> tuple[str, str | None]:
         return "", None
     name = re.sub(r"Backward\d*$", "", node.name())
     op = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
-    stack = node.metadata.get("traceback_") or []
+    stack = node.metadata.get("traceback_") or []  # type: ignore[attr-defined]  # a dict at runtime; torch's stubs declare a method
     return op, _user_line((path, int(line)) for entry in stack for path, line in _FRAME.findall(entry))
 
 
@@ -222,7 +222,9 @@ def trace_non_finite(function: Callable[..., Tensor], inputs: Sequence[Tensor], 
             if order == 2 and used:
                 recorder.phase = "double backward"
                 v = [torch.randn(tuple(x.shape), generator=torch.Generator().manual_seed(seed + 7), dtype=torch.float64).to(x) for _, x in used]
-                torch.autograd.grad(sum((g * w).sum() for (g, _), w in zip(used, v)), xs, allow_unused=True)
+                paired = sum((g * w).sum() for (g, _), w in zip(used, v))
+                assert isinstance(paired, torch.Tensor)  # used is not empty
+                torch.autograd.grad(paired, xs, allow_unused=True)
     except Exception as raised:  # noqa: BLE001 - the code under test may raise; what was recorded before stands
         error = f"{type(raised).__name__}: {raised}"
     nan = recorder.nan if recorder.nan is not recorder.born else None

@@ -204,7 +204,7 @@ def non_finite(values: np.ndarray) -> NonFinite:
     count_nan, count_inf = int(nan.sum()), int(inf.sum())
     if not count_nan + count_inf:
         return NonFinite(0, 0, ())
-    bad, first = (nan | inf).reshape(-1), []
+    bad, first = (nan | inf).reshape(-1), list[int]()
     for start in range(0, bad.size, 2**16):  # the first ten, without listing millions (a gradient left NaN at scale)
         first += (np.flatnonzero(bad[start : start + 2**16])[: 10 - len(first)] + start).tolist()
         if len(first) >= 10:
@@ -359,6 +359,17 @@ class Parity:
             words += f"; opcheck: {'fails ' + ', '.join(failed) if failed else 'passes its four tests'}"
         return words
 
+    # a card in a notebook, one line in a console, as GradientReport's
+    def _repr_html_(self) -> str:
+        from ..present import notebook
+
+        return notebook.parity_html(self)
+
+    def __repr__(self) -> str:
+        from ..present import notebook
+
+        return notebook.parity_repr(self)
+
 
 BASELINES = {"reference": "PyTorch's own (autograd through the reference)", "surrogate": "the declared surrogate's autograd",
              "rounding": "the float64 truth rounded"}  # what a low-precision formula's error is held against, in words
@@ -503,6 +514,17 @@ class Precision:
                 f"that of {self.baseline_words} (allowed {self.k:g}× plus a noise floor){where}: max {f.max_ulp:.3g} ULP, relative RMSE "
                 f"{f.rel_rmse:.2g}, SNR {_db(f.snr_db)}")
 
+    # a card in a notebook, one line in a console, as GradientReport's
+    def _repr_html_(self) -> str:
+        from ..present import notebook
+
+        return notebook.precision_html(self)
+
+    def __repr__(self) -> str:
+        from ..present import notebook
+
+        return notebook.precision_repr(self)
+
 
 def times(ratio: float) -> str:
     """A ratio of errors in words: "1.3×", "35×", "∞×", "—" where there is none."""
@@ -625,6 +647,17 @@ class Determinism:
     def flagged(self) -> bool:
         return not self.deterministic or (self.batch is not None and self.batch.flagged)
 
+    # a card in a notebook, one line in a console, as GradientReport's
+    def _repr_html_(self) -> str:
+        from ..present import notebook
+
+        return notebook.determinism_html(self)
+
+    def __repr__(self) -> str:
+        from ..present import notebook
+
+        return notebook.determinism_repr(self)
+
 
 @dataclass(frozen=True)
 class GradientReport:
@@ -666,3 +699,14 @@ class GradientReport:
     def input(self, name: str) -> InputComparison:
         return next(c for c in self.inputs if c.name == name)
 
+    # shown in a notebook as its card, in a console as one line: the words are the presentation layer's,
+    # imported only when a result is shown, so importing the engine stays light
+    def _repr_html_(self) -> str:
+        from ..present import notebook
+
+        return notebook.report_html(self)
+
+    def __repr__(self) -> str:
+        from ..present import notebook
+
+        return notebook.report_repr(self)

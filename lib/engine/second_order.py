@@ -105,6 +105,7 @@ def double_backward(function, inputs, functional, direction: Sequence[Tensor]) -
             return np.zeros(sum(x.numel() for x in xs)), False
         with torch.enable_grad():
             inner = sum((g * w.to(g)).sum() for g, w in zip(grads, direction) if g.requires_grad)
+            assert isinstance(inner, torch.Tensor)  # recorded is not empty
             second = torch.autograd.grad(inner, xs, allow_unused=True)
     except RuntimeError as error:
         raise NotDifferentiable(f"{type(error).__name__}: {str(error).splitlines()[0]}") from None
@@ -143,7 +144,9 @@ def marked_once(function, inputs: Sequence[Tensor]) -> bool:
             upstream = torch.ones_like(y).requires_grad_()
             grads = [g for g in torch.autograd.grad(y, xs, upstream, create_graph=True, allow_unused=True) if g is not None and g.requires_grad]
             if grads:
-                torch.autograd.grad(sum(g.sum() for g in grads), _leaves(grads), allow_unused=True)
+                total = sum(g.sum() for g in grads)
+                assert isinstance(total, torch.Tensor)  # grads is not empty
+                torch.autograd.grad(total, _leaves(grads), allow_unused=True)
     except RuntimeError as error:
         return ONCE in str(error)
     return False

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import inspect
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, SupportsInt
 
 import numpy as np
 import torch
@@ -22,7 +22,7 @@ import torch
 Tensor = torch.Tensor
 
 
-def name_index(name: str, index: Sequence[int]) -> str:
+def name_index(name: str, index: Sequence[SupportsInt]) -> str:
     """``x1[2, 3]``: the element at ``index`` of a tensor called ``name``; a 0-d one is its name."""
     return f"{name}[{', '.join(str(int(i)) for i in index)}]" if len(index) else name
 

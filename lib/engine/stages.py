@@ -101,6 +101,7 @@ class SecondOrder:
 
     def run(self, first: FirstOrder, options: CheckOptions, earlier: Earlier):
         p, j = first.checked, first.jacobian  # the reference is the second order's truth only where it is the first order's
+        assert j is not None and p.function is not None  # it applies only where the first order was judged
         return check_second_order(p.function, None if j.coverage.unreproduced else p.reference, p.inputs, p.loss, first.tolerances,
                                   first_order_passed=j.passed, seed=options.seed, names=p.names, declared_order=options.order, role=p.role)
 
@@ -113,6 +114,7 @@ class Conditions:
         return first.judged and (options.conditions != "none" or several)
 
     def run(self, first: FirstOrder, options: CheckOptions, earlier: Earlier):
+        assert first.jacobian is not None  # it applies only where the first order was judged
         unit = max((s for s in first.jacobian.scales if s is not None), default=0.0)  # the plain case's, where a changed one vanishes
         # a failing plain verdict has its diagnosis already, and beside it a condition only passes outright or fails as plain:
         # its failing entries are not looked at again
@@ -140,6 +142,7 @@ class Parity:
         return first.judged and options.parity is not None
 
     def run(self, first: FirstOrder, options: CheckOptions, earlier: Earlier):
+        assert options.parity is not None  # it applies only where paths are asked for
         return check_parity(first.checked, first.tolerances, first.jacobian, first.plans, which=options.parity, seed=options.seed,
                             budget_bytes=options.budget_bytes, order=options.differentiations)
 
@@ -196,8 +199,10 @@ class Provenance:
     def run(self, first: FirstOrder, options: CheckOptions, earlier: Earlier):
         precision = earlier.get("precision")
         if precision is not None and any(r.first_non_finite >= 0 for r in precision.judged):
+            assert first.problem.function is not None  # below float64, it ran in its dtype
             return trace_non_finite(first.problem.function, first.problem.inputs, first.upstream, order=options.differentiations,
                                     seed=options.seed)
+        assert first.evaluation is not None and first.checked.function is not None  # nothing raised: it was evaluated
         return trace_non_finite(first.checked.function, first.checked.inputs, first.evaluation.upstream, order=options.differentiations,
                                 seed=options.seed)
 

@@ -54,4 +54,4 @@ def round_up(value: float, digits: int = 2) -> float:
 
 def _with(table: dict, dtype: torch.dtype, overrides: dict) -> Tolerances:
     base = table.get(dtype, table[torch.float64])
-    return Tolerances(**{k: (overrides.get(k) if overrides.get(k) is not None else getattr(base, k)) for k in ("step", "atol", "rtol")})
+    return Tolerances(**{k: (v if (v := overrides.get(k)) is not None else getattr(base, k)) for k in ("step", "atol", "rtol")})

@@ -123,8 +123,9 @@ def _loss_and_gradient(function: Callable[..., Tensor], loss: Callable[[Tensor],
     with torch.enable_grad():
         value = loss(y)
         (upstream,) = torch.autograd.grad(value, y)
-    grads = [torch.from_numpy(numerical_gradient(function, [x.detach() for x in xs], plan, upstream, step)).to(x) for x, plan in zip(xs, numerical)]
-    return float(value.detach()), grads
+    by_differences = [torch.from_numpy(numerical_gradient(function, [x.detach() for x in xs], plan, upstream, step)).to(x)
+                      for x, plan in zip(xs, numerical)]
+    return float(value.detach()), by_differences
 
 
 def train(function: Callable[..., Tensor], truth: Callable[..., Tensor], loss: Callable[[Tensor], Tensor], inputs: Sequence[Tensor],
@@ -178,12 +179,14 @@ class Stage:
         return options.training > 0 and first.judged and bool(first.exact.inputs) and not any(p.sampled for p in first.plans)
 
     def run(self, first: FirstOrder, options: CheckOptions, earlier: Mapping[str, Any]) -> Training | None:
+        assert first.jacobian is not None  # it applies only where the first order was judged
         found = self._paths(first, options)
         return replace(found, verdict_failed=not first.jacobian.passed) if found is not None else None
 
     @staticmethod
     def _paths(first: FirstOrder, options: CheckOptions) -> Training | None:
         p = first.checked
+        assert p.function is not None  # judged: its forward ran
         if p.reference is not None and all(first.by_reference):
             return train(p.function, p.reference, p.loss, p.inputs, options.training, first.tolerances.rtol, truth_name=p.role)
         if p.role == "surrogate" or any(plan.values is None for plan in first.plans):

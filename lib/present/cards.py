@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..engine.finding import TRUTH_WORDS, tolerances_text
-from ..engine.report import GradientReport, times
+from ..engine.report import Determinism, GradientReport, Precision, times
 
 HEADLINE_WORDS = 12  # at most, in a card's headline
 MAP_KINDS = ("position", "region", "not finite", "summed shape")  # stories about where: the error map shows them
@@ -95,7 +95,11 @@ def precision_failed(report: GradientReport) -> bool:
 
 def precision_line(report: GradientReport) -> tuple[str, str] | None:
     """Below float64, the precision verdict in one line, with its outcome: the ratio to the baseline's error."""
-    precision = report.precision
+    return precision_verdict_line(report.precision)
+
+
+def precision_verdict_line(precision: Precision | None) -> tuple[str, str] | None:
+    """``precision_line`` of a precision verdict on its own, where no report is at hand (a notebook shows one)."""
     if precision is None:
         return None
     if precision.failure:
@@ -216,6 +220,12 @@ def conditions_line(report: GradientReport) -> tuple[str, str] | None:
     if all(r.outcome == "pass" for r in ran):
         return "pass", f"Holds under all {len(ran)} conditions"
     return "as plain", f"No condition changes its verdict ({len(ran)} tried)"
+
+
+def determinism_line(determinism: Determinism) -> tuple[str, str]:
+    """The determinism check in one line, with its outcome: "fail" where the backward varies from run
+    to run or a row's gradient depends on its batch (not by design)."""
+    return ("fail" if determinism.flagged else "pass"), _capital(determinism.describe())
 
 
 # stages every front end shows in a line or section of its own; any other stage is said through ``stage_lines``

@@ -12,8 +12,8 @@ import streamlit as st
 from ..app import views
 from ..app.devices import device_problem
 from ..app.views import DEFAULT_JACOBIAN_LIMIT, FLOOR_EPS, PAIRS, RMSE_FLOOR_EPS
-from ..present.cards import (OWN_LINES, conditions_line, drawn_upstream, parity_line, parity_rows, precision_failed, precision_line, precision_rows,
-                             stage_title, styled_parity, condition_rows)
+from ..present.cards import (OWN_LINES, conditions_line, determinism_line, drawn_upstream, parity_line, parity_rows, precision_failed,
+                             precision_line, precision_rows, stage_title, styled_parity, condition_rows)
 from ..present.figures.check import (conformance_table, diagnosis_scatter, error_heatmap, error_histogram, gradient_heatmaps,
                                      jacobian_heatmaps, parity_error_map, stage_curves, step_sweep_figure, worst_elements)
 from ..present.figures.determinism import spread_map
@@ -163,7 +163,8 @@ def determinism(case, formula, report) -> None:
         runs = int(st.number_input("Runs of the backward", 2, 1000, 10, key="check_determinism_runs", bind=URL))
         found = compute(views.determinism, case, formula, runs, what=f"Running {formula}'s backward {runs} times…")
         if found is not None:
-            st.markdown(f"{badge('fail' if found.flagged else 'pass')} {found.describe()[0].upper() + found.describe()[1:]}.")
+            outcome, line = determinism_line(found)
+            st.markdown(f"{badge(outcome)} {line}.")
             varying = [s for s in found.spreads if s.varying.size]
             for spread in varying:
                 chart(spread_map(spread, found.runs), key=f"check_determinism_{spread.name}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import pandas  # noqa: F401 - imported whole before any session: a half-imported pandas breaks plotly in another session
 import streamlit as st
@@ -22,7 +22,7 @@ from . import show
 from .compute import forget_all
 
 MAX_ROWS, MAX_FEATURES, MAX_DEPTH = 4096, 4096, 64
-URL = "query-params"
+URL: Final = "query-params"  # streamlit's bind: every widget's value kept in the URL
 # the presentation setting: larger text everywhere, for a room to read from the back
 PRESENTATION_STYLE = "<style>html { font-size: 20px; } [data-testid='stMarkdownContainer'] p { font-size: 1.15rem; }</style>"
 PAGE_PREFIXES = ("home_", "check_", "field_", "surface_", "lab_", "train_", "anatomy_")  # a page's own widgets: the rest is the case

@@ -422,7 +422,7 @@ def _annotated_specimen() -> str:
     return "\n".join(f"{line}  {marks[line.strip()]}" if line.strip() in marks else line for line in source.splitlines())
 
 
-def cosine_target(inputs: tuple[Tensor, Tensor], index: int, params) -> Tensor | None:
+def cosine_target(inputs: tuple[Tensor, ...], index: int, params) -> Tensor | None:
     """Where minimising the loss pulls input ``index``: the other input's direction, at this
     input's norm, slice by slice along dim. None when the other input does not have its shape."""
     x, other = inputs[index], inputs[1 - index]

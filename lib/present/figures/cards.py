@@ -11,7 +11,7 @@ import numpy as np
 
 from ...engine.report import GradientReport
 from ..cards import Card
-from .check import grid_of
+from .grids import grid_of
 
 WIDTH, HEIGHT = 300, 205
 LEFT, RIGHT_EDGE, TOP, BOTTOM = 46, 292, 38, 160  # the plot area

@@ -20,6 +20,7 @@ from plotly.subplots import make_subplots
 from ...engine.report import SOURCES, GradientReport, InputComparison
 from ...explore.step_sweep import StepSweep
 from ...contract.conformance import Check
+from .grids import grid_of
 from .style import DIVERGING, KINK, SEQUENTIAL, base_layout, color_for
 from ...engine.signature import name_element, name_index
 from ...engine.tolerances import Tolerances
@@ -50,25 +51,6 @@ def _symmetric_limit(*arrays: np.ndarray) -> float:
     that 0 is the middle (white) colour everywhere and equal colours mean equal values."""
     limit = max((float(np.abs(a[np.isfinite(a)]).max(initial=0.0)) for a in arrays), default=0.0)
     return limit if limit > 0 else 1.0  # all zeros: any range draws them white
-
-
-def grid_of(values: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray | None, str, str]:
-    """``values`` as the 2-D grid a heatmap needs, a label per cell where the grid's own (row,
-    column) does not name the element (N-D inputs; None otherwise, see ``_where``), and the x and
-    y axis titles saying how the grid was made. Non-finite values become NaN: blank cells."""
-    shape = values.shape
-    labels = None
-    if values.ndim <= 1:
-        grid, x_title, y_title = values.reshape(1, -1), "element index", "(1-D: one row)"
-    elif values.ndim == 2:
-        grid, x_title, y_title = values, "column (dim 1)", "row (dim 0)"
-    else:
-        rest = "…".join(map(str, (1, values.ndim - 1)))
-        grid, x_title, y_title = values.reshape(shape[0], math.prod(shape[1:])), f"flattened dims {rest} (row-major)", "dim 0"
-        index = np.indices(shape).reshape(values.ndim, -1).T
-        labels = np.array([name_index(name, i) for i in index.tolist()], dtype=object).reshape(grid.shape)
-    grid = np.where(np.isfinite(grid), grid, np.nan).astype(np.float64)
-    return grid, labels, x_title, y_title
 
 
 def _where(name: str, ndim: int) -> str:
