@@ -1,7 +1,7 @@
 # Two commands for a fresh machine; each creates (or reuses) the virtual environment in .venv.
 #   make run    install the app's requirements and start it (streamlit run app.py, warmed: lib/ui/serve.py)
 #   make test   install the test requirements and run the whole test suite
-#   make lint   install the test requirements and run ruff with the committed configuration (ruff.toml)
+#   make lint   install the test requirements, run ruff (ruff.toml) and type-check lib/ with mypy (pyproject.toml's [tool.mypy])
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -20,6 +20,7 @@ test: $(VENV)/.dev-installed
 
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check .
+	$(BIN)/mypy --config-file pyproject.toml
 
 bench: $(VENV)/.dev-installed
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

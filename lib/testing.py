@@ -19,6 +19,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
+from .present import notebook  # noqa: F401 - registers how reports show in notebooks and consoles
 from .present.cards import stage_lines
 
 from .engine.report import GradientReport
@@ -55,7 +56,7 @@ def _name(function) -> str:
 
 
 def as_family(function, inputs: Sequence[Tensor], reference=None, name: str | None = None, surrogate=None, order: int = 2,
-              batch_dims: Sequence[int | None] | None = None) -> Family:
+              batch_dims: Sequence[int | None] | None = None, kernel: bool = False) -> Family:
     """A family of one formula, ``function``, on ``inputs`` as given: what the engine needs, and no
     more (nothing registered, no input builder)."""
     names = ("x",) if len(inputs) == 1 else tuple(f"x{i + 1}" for i in range(len(inputs)))
@@ -63,7 +64,7 @@ def as_family(function, inputs: Sequence[Tensor], reference=None, name: str | No
     return Family(name=title, title=title, description="", input_names=names, reference=reference,
                   formulas={title: Formula(title, _callable(function), "under test", "", False)},
                   build_inputs=lambda *_args, **_kwargs: tuple(inputs), loss=sum_of_outputs, surrogate=surrogate, order=order,
-                  batch_dims=checked_batch_dims(batch_dims, len(inputs)))
+                  batch_dims=checked_batch_dims(batch_dims, len(inputs)), kernel=kernel)
 
 
 def check_gradients(function, inputs: Tensor | Sequence[Tensor], *, reference=None, surrogate=None, order: int = 1, seed: int = 0,
@@ -71,7 +72,7 @@ def check_gradients(function, inputs: Tensor | Sequence[Tensor], *, reference=No
                     conditions: str = "default", parity: bool | str | Sequence[str] = False,
                     dtype: torch.dtype | None = None, determinism: int | None = None, batch_invariant: bool = True,
                     provenance: str = "auto", training: int = CheckOptions.training,
-                    batch_dims: Sequence[int | None] | None = None) -> GradientReport:
+                    batch_dims: Sequence[int | None] | None = None, kernel: bool = False) -> GradientReport:
     """The app's gradient report for ``function`` on ``inputs`` (copies; the inputs are not changed).
     ``surrogate``: plain torch ops whose autograd gradient is the intended one (see ``declare``);
     ``order=1``: the second order is not checked; ``conditions``: "default", "all" or "none" (the
@@ -88,6 +89,7 @@ def check_gradients(function, inputs: Tensor | Sequence[Tensor], *, reference=No
     "never". ``training``: steps of gradient descent with the formula's gradient beside the truth's
     (0: none). ``batch_dims``: per input, its batch dim or None (kept whole), as vmap's ``in_dims``:
     what the empty-batch and one-row conditions cut (default: inferred from the Jacobian's pattern).
+    ``kernel=True``: a fused kernel (Triton, CUDA) that autograd cannot see into, as ``declare``'s.
     The defaults are ``CheckOptions``'s."""
     inputs = (inputs,) if isinstance(inputs, Tensor) else tuple(inputs)
     if dtype is not None:
@@ -105,7 +107,7 @@ def check_gradients(function, inputs: Tensor | Sequence[Tensor], *, reference=No
     copies = tuple(x.detach().clone() for x in inputs)
     options = CheckOptions(order=order, seed=seed, step=step, atol=atol, rtol=rtol, conditions=conditions, parity=_parity_paths(parity),
                            determinism=determinism or 0, batch_invariant=batch_invariant, provenance=provenance, training=training)
-    family = as_family(function, copies, reference, surrogate=surrogate, order=order, batch_dims=batch_dims)
+    family = as_family(function, copies, reference, surrogate=surrogate, order=order, batch_dims=batch_dims, kernel=kernel)
     return compare_gradients(family, family.name, copies, options=options)
 
 
@@ -118,7 +120,7 @@ def assert_gradients_match(function, inputs: Tensor | Sequence[Tensor], referenc
                            atol: float | None = None, rtol: float | None = None, conditions: str = "default",
                            parity: bool | str | Sequence[str] = False, dtype: torch.dtype | None = None,
                            determinism: int | None = None, batch_invariant: bool = True,
-                           batch_dims: Sequence[int | None] | None = None) -> GradientReport:
+                           batch_dims: Sequence[int | None] | None = None, kernel: bool = False) -> GradientReport:
     """Raise AssertionError unless ``function``'s backward matches the truth on every Jacobian
     entry at ``inputs`` (and, with ``order=2``, its double backward does too, or is not
     differentiable by design, ``@once_differentiable``); return the report. ``surrogate``: the
@@ -134,7 +136,7 @@ def assert_gradients_match(function, inputs: Tensor | Sequence[Tensor], referenc
     as ``check_gradients``'s."""
     report = check_gradients(function, inputs, reference=reference, surrogate=surrogate, order=order, seed=seed, step=step,
                              atol=atol, rtol=rtol, conditions=conditions, parity=parity, dtype=dtype, determinism=determinism,
-                             batch_invariant=batch_invariant, batch_dims=batch_dims)
+                             batch_invariant=batch_invariant, batch_dims=batch_dims, kernel=kernel)
     for observe in OBSERVERS:
         observe(report, order, _name(function))
     if report.passed(order) and not (report.parity is not None and report.parity.parted) and not (

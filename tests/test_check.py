@@ -292,3 +292,20 @@ def test_a_correct_first_order_function_exits_0_and_the_same_declared_twice_diff
     assert row["report"]["second order"]["outcome"] == "first order only" and row["status"] == "ok"
     assert cli.main(["check", module, "--family", "cube in numpy, order 2"]) == 1
     assert "not differentiable" in capsys.readouterr().out
+
+
+def test_kernels_pass_in_their_native_precision_and_their_writes_are_named_as_such(capsys):
+    module = Path(__file__).parent / "specimens" / "modules" / "kernel_functions.py"
+    assert cli.main(["check", str(module), "--shape", "4,6", "--format", "json"]) == 0
+    results = {r["formula"]: r for r in json.loads(capsys.readouterr().out)["formulas"]}
+    assert {f: r["status"] for f, r in results.items()} == {"float32 inside": "ok", "refuses float64": "ok", "half gradient": "caught",
+                                                           "writes into saved": "caught", "writes into its input": "caught"}
+    native = results["refuses float64"]["report"]["kernel"]["native"]
+    assert (native["dtype"], native["raised_in"], native["raised"]) == ("float32", "backward", "KeyError")
+    assert results["writes into saved"]["report"]["passed"]  # its gradient is right: the write is what is wrong, named as such
+    assert any(c.startswith("saved tensors are not written in place: backward writes into its input x, saved for backward (x[")
+               for c in results["writes into saved"]["contract"])
+    assert any(c.startswith("inputs are not written in place: forward writes into its input x (x[")
+               for c in results["writes into its input"]["contract"])
+    assert results["half gradient"]["report"]["diagnosis"][0]["kind"] == "factor"
+    assert not any("a differentiable backward" in c for r in results.values() for c in r["contract"])  # first order only

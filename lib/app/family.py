@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
+from ..engine.kernels import NATIVE, Native, fresh_graphs, in_native, native_precision
 from ..engine.pipeline import Problem, problem
 from ..errors import FormulaError
 from ..engine.signature import as_tuple, differentiable, differentiable_outputs, positional_apply
@@ -69,6 +70,8 @@ class Family:
     batch_invariant: bool = True  # False: a row's gradient depends on the other rows by design (batch norm); not flagged
     # per input, the dim that is a batch (None: not batched, kept whole), as torch.func.vmap's in_dims; None: inferred
     batch_dims: tuple[int | None, ...] | None = None
+    # fused kernels (Triton, CUDA): a graph of their own per backward call, run in their native precision (``engine.kernels``)
+    kernel: bool = False
 
     def note(self, place: str, default: str = "") -> str:
         return self.notes.get(place, default)
@@ -81,9 +84,22 @@ class Family:
             raise KeyError(f"family {self.name!r} has no formula {name!r}; it has: {known}") from None
 
     def bind(self, formula: str | None, params: Mapping | None = None) -> Callable[..., Any]:
-        """One formula (``None``: the reference) as a function of the inputs alone, its params bound."""
+        """One formula (``None``: the reference) as a function of the inputs alone, its params bound;
+        a kernel's with a graph of its own for every backward call (``kernels.fresh_graphs``)."""
+        bound = self.bind_as_given(formula, params)
+        return fresh_graphs(bound) if self.kernel and formula is not None else bound
+
+    def bind_as_given(self, formula: str | None, params: Mapping | None = None) -> Callable[..., Any]:
+        """As ``bind``, a kernel's as it runs: the writes it makes are its own (``kernels.unseen_writes``)."""
         return self._bound(self.reference if formula is None else self.formula(formula).function,
                            f"{self.title}'s reference" if formula is None else f"The formula {formula!r}", params)
+
+    def native(self, formula: str, inputs: Sequence[Tensor], params: Mapping | None = None) -> Native | None:
+        """A kernel's native precision on ``inputs`` (``kernels.native_precision``); None for other formulas."""
+        if not self.kernel:
+            return None
+        return native_precision(self.bind_as_given(formula, params), self.bind(None, params) if self.reference is not None else None,
+                                inputs)
 
     def _bound(self, function: Callable[..., Any] | None, whose: str, params: Mapping | None) -> Callable[..., Any]:
         merged = {**self.params, **(params or {})}
@@ -114,9 +130,14 @@ class Family:
     def problem(self, formula: str, inputs: Sequence[Tensor], params: Mapping | None = None) -> Problem:
         """``formula`` on ``inputs`` in the engine's canonical form (``lib.engine.pipeline.problem``)."""
         surrogate = self._bound(self.surrogate, f"{self.title}'s surrogate", params) if self.surrogate is not None else None
-        return problem(formula, self.bind(formula, params), self.bind(None, params) if self.reference is not None else None, inputs,
+        function, native = self.bind(formula, params), self.native(formula, inputs, params)
+        if native is not None:  # run in its precision, on values it can hold: the truth sees the same ones
+            function = in_native(function, NATIVE)
+            inputs = [x.to(NATIVE).to(x.dtype) if isinstance(x, Tensor) and x.is_floating_point() else x for x in inputs]
+        return problem(formula, function, self.bind(None, params) if self.reference is not None else None, inputs,
                        self.input_names, self.loss, outputs=self.output_names, constants=self.constants,
-                       structure_key=self.structure_key(params), surrogate=surrogate, batch_dims=self.batch_dims)
+                       structure_key=self.structure_key(params), surrogate=surrogate, batch_dims=self.batch_dims, kernel=self.kernel,
+                       native=native)
 
     def differentiates(self, index: int, value: Any) -> bool:
         """Whether input ``index`` (holding ``value``) is one the verdict differentiates."""
@@ -207,6 +228,7 @@ def declare(
     description: str = "",
     latex: Mapping[str, str] | None = None,
     notes: Mapping[str, str] | None = None,
+    kernel: bool = False,
 ) -> Family:
     """Register a family with as little ceremony as possible; the contract for users' modules.
 
@@ -226,10 +248,15 @@ def declare(
     twice, and a backward that cannot be differentiated again fails. Undeclared (None), the double
     backward is checked where it runs, and one that cannot run is "first order only", neutral. ``batch_dims``: per input, the dim
     that is a batch or None (a parameter such as a bias, kept whole), as ``torch.func.vmap``'s
-    ``in_dims``: what the empty-batch and one-row conditions cut; by default, inferred.
+    ``in_dims``: what the empty-batch and one-row conditions cut; by default, inferred. ``kernel=True``: the formulas are
+    fused kernels (Triton, CUDA) that autograd cannot see into: each backward call gets a fresh forward on fresh copies, a
+    kernel that computes in float32 (or refuses float64) is judged in float32 against the float64 truth, the writes it
+    makes into its inputs, saved tensors or grad_output are named, and only the first order is checked unless ``order=2``.
     """
     if order not in (1, 2, None):
         raise ValueError(f"order must be 1 or 2 (or None, not declared), not {order!r}")
+    if kernel and order is None:  # a kernel's backward is a kernel too: not differentiable again unless said
+        order = 1
     def as_callable(f: Callable[..., Tensor] | type[torch.autograd.Function]) -> Callable[..., Any]:
         return positional_apply(f) if isinstance(f, type) and issubclass(f, torch.autograd.Function) else f
 
@@ -254,6 +281,7 @@ def declare(
             order=order,
             batch_invariant=batch_invariant,
             batch_dims=checked_batch_dims(batch_dims, len(inputs)),
+            kernel=kernel,
             module=module,
             forward_latex=latex.get("forward", ""),
             gradient_latex=latex.get("gradient", ""),

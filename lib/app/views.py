@@ -33,7 +33,7 @@ from ..errors import LabError
 from ..explore.landscape import GradientField, Plane, Surface, chunk_points, gradient_field, loss_surface, make_plane
 from ..engine.signature import differentiable, function_class
 from ..sizes import array_bytes
-from ..engine.tolerances import Tolerances, default_tolerances
+from ..engine.tolerances import Tolerances, default_tolerances, gradcheck_tolerances
 from ..explore.trajectory import TrajectorySet, trajectories
 
 
@@ -246,8 +246,12 @@ def conformance(case: Case, formula: str) -> list[Check]:
         outputs = math.prod(problem.signature.packed_shape)
         budget.require(budget.conformance_bytes(n, outputs), f"PyTorch's checks of shape {case.shape}", "Choose a smaller shape for them.")
     function = problem.function or case.get_family().bind(formula, case.param_values())
-    return conformance_report(function, problem.inputs if problem.signature else _checked_inputs(case), atol=case.atol, rtol=case.rtol,
-                              step=case.step)
+    # a kernel in its native precision: gradcheck's tolerances for that dtype, its differences of float64 values it rounds
+    native = gradcheck_tolerances(getattr(torch, problem.native.dtype)) if problem.native is not None else None
+    return conformance_report(function, problem.inputs if problem.signature else _checked_inputs(case),
+                              atol=case.atol if case.atol is not None or native is None else native.atol,
+                              rtol=case.rtol if case.rtol is not None or native is None else native.rtol,
+                              step=case.step if case.step is not None or native is None else native.step)
 
 
 @dataclass(frozen=True)
@@ -382,6 +386,9 @@ def anatomy(case: Case, formula: str, timed: bool = True):
     budget.require(8 * case.input_bytes(), f"The anatomy of inputs of shape {case.shape}", "Choose a smaller shape.")
     problem = _problem(case, formula)
     owner = function_class(family.formula(formula).function)  # MyFunction.apply: the class, linted even if forward raises
+    if family.kernel:  # the kernel's own Function as it runs, not the fresh graph the verdict wraps it in
+        return anatomy_of(family.bind_as_given(formula, case.param_values()), _checked_inputs(case), family.input_names, None,
+                          timed=timed, owner=owner if isinstance(owner, type) else None)
     if problem.signature is None:  # its forward raised: the anatomy says where, on the inputs as given
         return anatomy_of(family.bind(formula, case.param_values()), _checked_inputs(case), family.input_names, None, timed=timed,
                           owner=owner)
@@ -392,10 +399,19 @@ def anatomy(case: Case, formula: str, timed: bool = True):
 def contract_problems(case: Case) -> dict[str, list]:
     """Per formula of the case, the rules of the Function contract it breaks (errors and
     warnings; notes left out): what the home page names in one line."""
+    from ..contract.anatomy import unseen_writes_broken
+    from ..engine.kernels import unseen_writes
+
     found = {}
+    family = case.get_family()
+    # checked to first order only: a backward that cannot be differentiated again breaks nothing asked of it
+    skipped = ("forward runs", "backward runs", *(("a differentiable backward",) if case.declared_order() == 1 else ()))
     for formula in _formulas(case):
         # a formula that raises is the verdict's to report; here only the contract's rules
-        broken = [b for b in anatomy(case, formula, timed=False).errors() if b.rule not in ("forward runs", "backward runs")]
+        broken = [b for b in anatomy(case, formula, timed=False).errors() if b.rule not in skipped]
+        if family.kernel:  # the writes a kernel makes through pointers, which autograd cannot see
+            broken += unseen_writes_broken(unseen_writes(family.bind_as_given(formula, case.param_values()), _checked_inputs(case),
+                                                         family.input_names))
         if broken:
             found[formula] = broken
     return found

@@ -18,7 +18,7 @@ import math
 import textwrap
 import threading
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import AbstractSet, Callable, Sequence
 
 import torch
 import torch.utils.benchmark as benchmark
@@ -138,7 +138,7 @@ def _recording_save_for_backward(original):
 if not getattr(torch.autograd.function.FunctionCtx.save_for_backward, "_gradient_lab", False):
     _wrapped = _recording_save_for_backward(torch.autograd.function.FunctionCtx.save_for_backward)
     _wrapped._gradient_lab = True
-    torch.autograd.function.FunctionCtx.save_for_backward = _wrapped
+    torch.autograd.function.FunctionCtx.save_for_backward = _wrapped  # type: ignore[method-assign]  # the patch, installed once
 
 
 def _asked(t: Tensor):
@@ -198,7 +198,7 @@ def _saved(output: Tensor, records: list[dict], tensors: list[Tensor]) -> list[S
 def _walk(output: Tensor):
     """Every node of the graph behind ``output``, each once, from the output back."""
     seen, order = set(), []
-    stack = [output.grad_fn] if isinstance(output, Tensor) and output.grad_fn is not None else []
+    stack: list[torch.autograd.graph.Node | None] = [output.grad_fn] if isinstance(output, Tensor) and output.grad_fn is not None else []
     while stack:
         node = stack.pop()
         if node is None or id(node) in seen:
@@ -236,7 +236,7 @@ def _identity(t: Tensor) -> tuple:
 def _saved_nodes(output: Tensor) -> dict[tuple, str]:
     """id of a saved tensor -> the name of the node that saved it (custom nodes' saved_tensors,
     built-in nodes' _saved_* attributes)."""
-    names = {}
+    names: dict[tuple, str] = {}
     for node in _walk(output):
         try:
             tensors = list(node.saved_tensors) if _is_custom(node) else [getattr(node, a) for a in dir(node) if a.startswith("_saved_")]
@@ -260,7 +260,7 @@ def graph_dot(output: Tensor, names: Sequence[str], inputs: Sequence[Tensor], sa
         by_node.setdefault(s.node, []).append(f"{'×'.join(map(str, s.shape)) or 'scalar'} {s.dtype}")
     lines = ["digraph autograd {", '  rankdir="BT"; node [shape=box, style="rounded,filled", fillcolor="#eeeeee", fontname="Helvetica"];',
              '  out [label="output", shape=ellipse, fillcolor="#ffffff"];']
-    ids = {}
+    ids: dict[int, str] = {}
     for node in _walk(output):
         key = f"n{len(ids)}"
         ids[id(node)] = key
@@ -346,6 +346,7 @@ def _returned(node, inputs: Sequence[Tensor], names: Sequence[str], raw: Sequenc
     arguments = dict(enumerate(_forward_arguments(node._forward_cls)))
     found = []
     for position, needs in enumerate(node.needs_input_grad):
+        x: Tensor | None
         if len(node.needs_input_grad) == len(names):  # forward's arguments are the formula's inputs, in order
             x, name = inputs[position], names[position]
         else:
@@ -439,15 +440,16 @@ def _on_ctx(node: ast.AST, ctx: str) -> tuple[str, tuple] | None:
 
 class _Stores(ast.NodeVisitor):
     def __init__(self, ctx: str):
-        self.ctx, self.loops, self.found = ctx, 0, []
+        self.ctx, self.loops = ctx, 0
+        self.found: list[_Store] = []
 
     def _store(self, target: ast.AST, value: ast.AST | None, line: int, **call) -> None:
         if isinstance(target, (ast.Tuple, ast.List)):  # ctx.a, ctx.b = a, b: each target with its own value
             elements = target.elts
-            paired = (isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(elements)
-                      and not any(isinstance(e, ast.Starred) for e in (*elements, *value.elts)))
+            paired = (value.elts if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(elements)
+                      and not any(isinstance(e, ast.Starred) for e in (*elements, *value.elts)) else None)
             for i, element in enumerate(elements):
-                self._store(element.value if isinstance(element, ast.Starred) else element, value.elts[i] if paired else None, line)
+                self._store(element.value if isinstance(element, ast.Starred) else element, paired[i] if paired is not None else None, line)
             return
         found = _on_ctx(target, self.ctx)
         if found is not None:
@@ -517,7 +519,7 @@ def _same(a, b) -> bool:
         return False
 
 
-def _child(node: ast.AST, key) -> ast.AST | None:
+def _child(node: ast.AST, key) -> ast.expr | None:
     """The expression that gives ``node[key]``, where ``node`` is a literal (or dict(...)) that shows it."""
     if isinstance(node, (ast.List, ast.Tuple)) and isinstance(key, int) and not any(isinstance(e, ast.Starred) for e in node.elts):
         return node.elts[key] if 0 <= key < len(node.elts) else None
@@ -539,13 +541,13 @@ def _length(node: ast.AST | None) -> int | None:
 
 def _descend(node: ast.AST | None, keys: tuple) -> tuple[int | None, int]:
     """The line of the element at ``keys`` inside ``node``, as deep as the source shows it, and how many keys it went down."""
-    reached = 0
+    reached, line = 0, None
     for key in keys:
         child = _child(node, key) if node is not None else None
         if child is None:
             break
-        node, reached = child, reached + 1
-    return (node.lineno if reached else None), reached
+        node, reached, line = child, reached + 1, child.lineno
+    return line, reached
 
 
 def _added(stores: list[_Store], store: _Store, keys: tuple) -> tuple[int | None, int]:
@@ -576,6 +578,7 @@ def _added(stores: list[_Store], store: _Store, keys: tuple) -> tuple[int | None
     if isinstance(key, int) and length is not None and not any(s.looped for s in growers) and None not in counts:
         position = length
         for grower, count in zip(growers, counts):
+            assert count is not None  # None not in counts
             if position <= key < position + count:
                 if grower is not store:
                     return None, 0
@@ -656,7 +659,7 @@ def _kept_words(severity: str, attribute: str, value, kept: Sequence[Kept]) -> s
             f"(torch.autograd.graph.saved_tensors_hooks: offloading, packing) never see {them}")
 
 
-def _lint_ctx(node, input_shapes: set[tuple[int, ...]] = frozenset()) -> list[Broken]:
+def _lint_ctx(node, input_shapes: AbstractSet[tuple[int, ...]] = frozenset()) -> list[Broken]:
     """The tensors a node keeps on ctx, as attributes or inside lists, tuples, dicts or sets there,
     each named by its path (``ctx.cache['h']``) and the line of forward that put it there. Kept there
     rather than saved, an input or output (or a view of one) is what save_for_backward exists for:
@@ -756,7 +759,7 @@ def _raw_backward(node, output: Tensor, create_graph: bool = False) -> tuple:
 
 def _outputs_of(node) -> int:
     try:
-        return len(node._input_metadata)  # type: ignore[attr-defined]
+        return len(node._input_metadata)
     except Exception:  # noqa: BLE001 - an internal attribute
         return 1
 
@@ -766,7 +769,7 @@ def _upstreams_for(node, output: Tensor) -> tuple[Tensor, ...]:
     each floating output, from the metadata autograd keeps for it, and zeros for the others (an
     output marked non-differentiable gets zeros, as autograd gives it)."""
     try:
-        metadata = node._input_metadata  # type: ignore[attr-defined]
+        metadata = node._input_metadata
         return tuple(torch.ones(m.shape, dtype=output.dtype) if m.dtype.is_floating_point else torch.zeros(m.shape, dtype=m.dtype)
                      for m in metadata) or (torch.ones_like(output),)
     except Exception:  # noqa: BLE001 - an internal attribute: fall back to the graph's output shape
@@ -829,7 +832,7 @@ def anatomy(function: Callable, inputs: Sequence[Tensor], names: Sequence[str], 
     except Exception as error:  # noqa: BLE001 - the user's forward may raise anything: said in words, beside what its class shows
         owner = owner or function_class(function)
         static = lint_class(owner) if isinstance(owner, type) and issubclass(owner, torch.autograd.Function) else []
-        name = owner.__name__ if static or isinstance(owner, type) else getattr(function, "__name__", "formula")
+        name = owner.__name__ if isinstance(owner, type) else getattr(function, "__name__", "formula")  # static: of a class
         raised = Broken("forward runs", "error", f"the formula raised {type(error).__name__}: {error}")
         return Anatomy(name, (), [], None, {}, [], _unique([*static, raised]), "digraph autograd {}", {})
     saved = _saved(output, records, tensors)
@@ -868,6 +871,32 @@ def anatomy(function: Callable, inputs: Sequence[Tensor], names: Sequence[str], 
                    else getattr(function, "__name__", "formula"),
                    tuple(_node_name(n) for n in customs), saved, reference_saved, attributes, returned, _unique(broken),
                    graph_dot(output, names, xs, saved), cost)
+
+
+def unseen_writes_broken(writes: Sequence) -> list[Broken]:
+    """A kernel's writes that autograd cannot see (``engine.kernels.unseen_writes``), as the rules they
+    break, each with its element: silently lossy for the caller (its tensors overwritten), so warnings."""
+    found = []
+    for w in writes:
+        if w.target == "input":
+            found.append(Broken("inputs are not written in place", "warning",
+                                f"forward writes into its input {w.name} ({w.element}: {w.before:.6g} before, {w.after:.6g} after) without "
+                                "ctx.mark_dirty: autograd cannot see the write, and the caller's tensor is overwritten"))
+        elif w.target == "saved tensor":
+            found.append(Broken("saved tensors are not written in place", "warning",
+                                f"backward writes into its input {w.name}, saved for backward ({w.element}: {w.before:.6g} before, "
+                                f"{w.after:.6g} after): autograd cannot see the write; the caller's tensor is overwritten, and a second "
+                                "backward through the same graph reads the overwritten values"))
+        elif w.target == "grad_output":
+            found.append(Broken("grad_output is not written in place", "warning",
+                                f"backward writes into grad_output ({w.element}: {w.before:.6g} before, {w.after:.6g} after): another "
+                                "consumer of the same gradient buffer reads the overwritten values"))
+        else:  # a second backward on the same graph
+            found.append(Broken("backward can run twice", "warning",
+                                f"a second backward through the same graph (retain_graph=True) gives another gradient for {w.name} "
+                                f"({w.element}: {w.before:.6g} the first time, {w.after:.6g} the second): the first backward changed what "
+                                "the second reads"))
+    return found
 
 
 def _wasted(function: Callable, inputs: Sequence[Tensor], names: Sequence[str]) -> list[Broken]:

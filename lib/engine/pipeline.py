@@ -27,6 +27,7 @@ from .precision import is_low, judge_values, upcast
 from .report import PAIRS, Failure, GradientReport, InputComparison, Verdict, error_map, non_finite
 from .signature import Signature, read_signature
 from .at_scale import DrawnRaised, at_scale, check_at_scale, sampled_plans
+from .kernels import Kernel, Native, interpreted
 from .stages import STAGES, FirstOrder
 from .tolerances import Tolerances, default_tolerances
 from ..errors import FormulaError, LabError
@@ -215,6 +216,8 @@ class Problem:
     draw: Callable[[int], tuple] | None = None  # seed -> every input as given, freshly drawn (the precision stage's draws)
     given_truth: Callable[..., Any] | None = None  # the reference (or surrogate) as given: of every input, not the canonical form
     batch_dims: tuple[int | None, ...] | None = None  # per given input, its batch dim (None: kept whole); None: inferred
+    kernel: bool = False  # a fused kernel: a graph of its own per backward call (``kernels``)
+    native: Native | None = None  # a kernel run in its native precision (``kernels``): judged with that dtype's tolerances
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -228,7 +231,8 @@ class Problem:
 def problem(formula: str, function: Callable[..., Any], reference: Callable[..., Any] | None, inputs: Sequence[Tensor],
             names: Sequence[str], loss: Callable[..., Tensor], *, outputs: Sequence[str] = (), constants: Sequence[str] = (),
             structure_key: Hashable = None, surrogate: Callable[..., Any] | None = None,
-            batch_dims: tuple[int | None, ...] | None = None, signature: Signature | None = None) -> Problem:
+            batch_dims: tuple[int | None, ...] | None = None, signature: Signature | None = None, kernel: bool = False,
+            native: Native | None = None) -> Problem:
     """The canonical form of ``function`` (and ``reference``) on ``inputs``: integer, boolean and
     declared-constant inputs held as they are, the differentiable outputs packed, ``loss`` taking
     the differentiable outputs. A forward that raises is kept as the problem's failure.
@@ -242,7 +246,8 @@ def problem(formula: str, function: Callable[..., Any], reference: Callable[...,
         # the same callables on inputs of the same kinds and shapes have the same signature: not read again (a draw's)
         same = formula is None and reference is None and kept is not None and _kinds(given) == _kinds(inputs)
         return problem(formula_name, wrap(formula, function), wrap(reference, given_reference), given, names, loss, outputs=outputs,
-                       constants=constants, surrogate=wrap(reference, surrogate), batch_dims=batch_dims, signature=kept if same else None)
+                       constants=constants, surrogate=wrap(reference, surrogate), batch_dims=batch_dims, signature=kept if same else None,
+                       kernel=kernel, native=native)
 
     formula_name, given_reference = formula, reference
     inputs = tuple(x.detach() if isinstance(x, Tensor) else x for x in inputs)
@@ -255,11 +260,11 @@ def problem(formula: str, function: Callable[..., Any], reference: Callable[...,
         except Exception as error:  # noqa: BLE001 - the code under test may be broken; the last to raise is named
             failure = Failure.of("reference" if reference is not None else "forward", error)
             return Problem(formula, None, None, (), None, lambda y: y.sum(), structure_key, failure, role, inputs, remake,
-                           given_truth=reference, batch_dims=batch_dims)
+                           given_truth=reference, batch_dims=batch_dims, kernel=kernel, native=native)
     canonical = lambda f: signature.canonical(f, inputs) if f is not None else None  # noqa: E731
     return Problem(formula, canonical(function), canonical(reference), signature.split(inputs), signature,
                    lambda y: loss(*signature.unpack(y)), structure_key, role=role, given=inputs, remake=remake, given_truth=reference,
-                   batch_dims=batch_dims)
+                   batch_dims=batch_dims, kernel=kernel, native=native)
 
 
 def _kinds(given: Sequence[Any]) -> tuple:
@@ -467,8 +472,8 @@ def _first_order(problem: Problem, options: CheckOptions, plans: Sequence[Differ
     exact = exact_problem(problem) if low else problem
     upstream = _low_upstream(problem, grad_output, options) if low else grad_output
     grad_output = upstream.double() if low and upstream is not None else grad_output
-    tolerances = replace(default_tolerances(torch.float64 if low else dtype, step=options.step, atol=options.atol, rtol=options.rtol),
-                         unit=options.unit)
+    judged_as = getattr(torch, problem.native.dtype) if problem.native is not None else torch.float64 if low else dtype
+    tolerances = replace(default_tolerances(judged_as, step=options.step, atol=options.atol, rtol=options.rtol), unit=options.unit)
     checked, outputs, forward, forward_error, forward_found = exact, None if exact.failure else _outputs(exact), "", math.nan, None
     if outputs and outputs[0] is not None and outputs[1] is not None:  # the truth's forward must be the formula's
         forward, forward_found = forward_difference(outputs[1], outputs[0], tolerances, exact.output_element, exact.role)
@@ -617,6 +622,7 @@ def _report(first: FirstOrder, verdict: Verdict, diagnosis, results: dict, famil
         diagnosis=diagnosis,
         signature=first.checked.signature,
         stages=results,
+        kernel=Kernel(problem.native, interpreted()) if problem.kernel else None,
     )
 
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import numpy as np
 
 from .diagnosis import Diagnosis
 from .finding import Finding
 from .judge import JacobianVerdict
+from .kernels import Kernel
 from .planning import DifferencePlan
 from .signature import Signature, name_element, name_index
 from .tolerances import Tolerances
@@ -360,15 +362,11 @@ class Parity:
         return words
 
     # a card in a notebook, one line in a console, as GradientReport's
-    def _repr_html_(self) -> str:
-        from ..present import notebook
-
-        return notebook.parity_html(self)
+    def _repr_html_(self) -> str | None:
+        return _written(self, "html")
 
     def __repr__(self) -> str:
-        from ..present import notebook
-
-        return notebook.parity_repr(self)
+        return _written(self, "repr")
 
 
 BASELINES = {"reference": "PyTorch's own (autograd through the reference)", "surrogate": "the declared surrogate's autograd",
@@ -515,15 +513,11 @@ class Precision:
                 f"{f.rel_rmse:.2g}, SNR {_db(f.snr_db)}")
 
     # a card in a notebook, one line in a console, as GradientReport's
-    def _repr_html_(self) -> str:
-        from ..present import notebook
-
-        return notebook.precision_html(self)
+    def _repr_html_(self) -> str | None:
+        return _written(self, "html")
 
     def __repr__(self) -> str:
-        from ..present import notebook
-
-        return notebook.precision_repr(self)
+        return _written(self, "repr")
 
 
 def times(ratio: float) -> str:
@@ -648,15 +642,24 @@ class Determinism:
         return not self.deterministic or (self.batch is not None and self.batch.flagged)
 
     # a card in a notebook, one line in a console, as GradientReport's
-    def _repr_html_(self) -> str:
-        from ..present import notebook
-
-        return notebook.determinism_html(self)
+    def _repr_html_(self) -> str | None:
+        return _written(self, "html")
 
     def __repr__(self) -> str:
-        from ..present import notebook
+        return _written(self, "repr")
 
-        return notebook.determinism_repr(self)
+
+# How results show in a notebook (their card, "html") and in a console (one line, "repr"): written by
+# the presentation layer, which registers its writers here by class name (``present.notebook``, loaded
+# with the public API), so that the engine imports nothing of it.
+WRITERS: dict[str, dict[str, Callable[[Any], str]]] = {}
+
+
+def _written(result: Any, kind: str) -> Any:
+    writer = WRITERS.get(type(result).__name__, {}).get(kind)
+    if writer is not None:
+        return writer(result)
+    return None if kind == "html" else f"<{type(result).__name__}>"  # no writer registered: the notebook shows the repr
 
 
 @dataclass(frozen=True)
@@ -681,6 +684,7 @@ class GradientReport:
     stages: dict = field(default_factory=dict)  # the stages' results by name (``stages.STAGES``), in order; a stage not run is absent
     pending: tuple[str, ...] = ()  # stages that apply and have not run yet: a first-order report shown early (``pipeline.first_report``)
     seconds: float = math.nan  # what the check took, the first order and the stages (``pipeline.check``)
+    kernel: Kernel | None = None  # a fused kernel's facts (``engine.kernels``): its native precision, Triton's interpreter
 
     # the stages every front end knows by name
     second_order = property(lambda self: self.stages.get("second_order"))  # SecondOrderVerdict
@@ -699,14 +703,9 @@ class GradientReport:
     def input(self, name: str) -> InputComparison:
         return next(c for c in self.inputs if c.name == name)
 
-    # shown in a notebook as its card, in a console as one line: the words are the presentation layer's,
-    # imported only when a result is shown, so importing the engine stays light
-    def _repr_html_(self) -> str:
-        from ..present import notebook
-
-        return notebook.report_html(self)
+    # shown in a notebook as its card, in a console as one line: the words are the presentation layer's (``WRITERS``)
+    def _repr_html_(self) -> str | None:
+        return _written(self, "html")
 
     def __repr__(self) -> str:
-        from ..present import notebook
-
-        return notebook.report_repr(self)
+        return _written(self, "repr")

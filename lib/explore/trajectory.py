@@ -143,7 +143,7 @@ def _principal_paths(positions: dict[str, np.ndarray], fit_on: Sequence[str]) ->
         return {f: np.zeros((p.shape[0], 2)) for f, p in positions.items()}, (math.nan, math.nan)
     components, variance = _top_components(centred / scale, 2)  # scaled: no overflow
     explained = (float(variance[0]), float(variance[1]))
-    return {f: (p - mean) @ components.T for f, p in positions.items()}, explained  # type: ignore[return-value]
+    return {f: (p - mean) @ components.T for f, p in positions.items()}, explained
 
 
 def _top_components(a: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, overload
 
 import numpy as np
 
 from ..engine.finding import TRUTH_WORDS, tolerances_text
 from ..engine.report import Determinism, GradientReport, Precision, times
+
+if TYPE_CHECKING:
+    from ..engine.report import Parity
 
 HEADLINE_WORDS = 12  # at most, in a card's headline
 MAP_KINDS = ("position", "region", "not finite", "summed shape")  # stories about where: the error map shows them
@@ -197,8 +201,8 @@ def details(report: GradientReport) -> tuple[str, ...]:
     lines += [f"{line}." for _, line in stage_lines(report)]  # the other stages, in full
     if verdict.coverage:
         lines.append(("Without it, checked " if verdict.condition else "Checked ") + verdict.coverage + ".")
-    if report.conditions is not None:
-        lines.append(f"{conditions_line(report)[1]}: {report.conditions.covered}.")
+    if report.conditions is not None and (line := conditions_line(report)) is not None:
+        lines.append(f"{line[1]}: {report.conditions.covered}.")
         lines += [_capital(note) + "." for note in report.conditions.notes]
     coverage = report.jacobian.coverage if report.jacobian is not None else None
     if coverage is not None:
@@ -252,9 +256,32 @@ def stage_title(name: str) -> str:
 def stage_lines(report: GradientReport, skip: tuple[str, ...] = OWN_LINES, short: bool = False) -> tuple[tuple[str, str], ...]:
     """(outcome, line) of each stage that ran, in the stages' order, but those said elsewhere
     (``skip``): every stage's result has an ``outcome`` and a ``describe()``, and may have a
-    shorter ``line()`` for a card (``short``)."""
+    shorter ``line()`` for a card (``short``); a kernel's line (how it was run) first."""
     said = lambda result: (getattr(result, "line", None) if short else None) or result.describe  # noqa: E731
-    return tuple((result.outcome, _capital(said(result)())) for name, result in report.stages.items() if name not in skip)
+    kernel = kernel_line(report)
+    return (*((("kernel", kernel),) if kernel else ()),
+            *((result.outcome, _capital(said(result)())) for name, result in report.stages.items() if name not in skip))
+
+
+INTERPRETER_SEMANTICS = ("under Triton's interpreter (TRITON_INTERPRET=1): interpreter semantics, so indexing, masking, layout and "
+                         "maths are checked, not races, tf32 or GPU memory layouts")
+
+
+def kernel_line(report: GradientReport) -> str | None:
+    """How a fused kernel was run (``engine.kernels``): a graph of its own per backward call, its
+    native precision and why, Triton's interpreter; None for other formulas."""
+    kernel = report.kernel
+    if kernel is None:
+        return None
+    words = ["A kernel: each backward call had a fresh forward on fresh copies of the inputs"]
+    native = kernel.native
+    if native is not None:
+        why = (f"its float64 run raises in {native.stage} ({native.kind}: {native.message})" if native.stage else
+               f"its float64 output is {native.error:.1e} (relative) from the reference's, {native.dtype}'s rounding")
+        words.append(f"judged in {native.dtype}, its native precision, against the float64 truth on the same values: {why}")
+    if kernel.interpreted:
+        words.append(INTERPRETER_SEMANTICS)
+    return "; ".join(words)
 
 
 def pending_line(report: GradientReport) -> str:
@@ -276,7 +303,11 @@ CONDITION_COLUMNS = ("condition", "outcome", "worst entry", "why")
 PARITY_COLUMNS = ("way of running it", "outcome", "worst entry", "why", "seconds")
 
 
-def parity_line(parity) -> tuple[str, str] | None:
+@overload
+def parity_line(parity: None) -> None: ...
+@overload
+def parity_line(parity: Parity) -> tuple[str, str]: ...
+def parity_line(parity: Parity | None) -> tuple[str, str] | None:
     """The grid in one line, with its outcome: "fail" (a path differs or raises), "as plain"
     (every path gives eager's gradient, which is wrong), or "pass" (every supported path agrees)."""
     if parity is None:

@@ -61,8 +61,8 @@ def _section(result, first: list[bool]) -> str:
         parts.append("<h3>Diagnosis</h3><ul>" + "".join(f"<li><b>{html.escape(f.words)}</b>: {html.escape(f.evidence)}</li>"
                                                       for f in report.diagnosis.findings) + "</ul>")
     rows = condition_rows(report)
-    if rows:
-        parts.append(f"<h3>Conditions: {html.escape(conditions_line(report)[1])}</h3><table><tr>"
+    if rows and (line := conditions_line(report)) is not None:
+        parts.append(f"<h3>Conditions: {html.escape(line[1])}</h3><table><tr>"
                      + "".join(f"<th>{html.escape(h)}</th>" for h in CONDITION_COLUMNS) + "</tr>"
                      + "".join(f'<tr class="{"FAILED" if row["outcome"] == "fail" else "ok"}">'
                                + "".join(f"<td>{html.escape(str(row[h]))}</td>" for h in CONDITION_COLUMNS) + "</tr>" for row in rows)

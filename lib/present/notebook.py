@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from html import escape
 
-from ..engine.report import LEADS, Determinism, GradientReport, Parity, Precision
+from ..engine.report import LEADS, WRITERS, Determinism, GradientReport, Parity, Precision
 from .cards import (PARITY_COLUMNS, PRECISION_COLUMNS, Card, card, determinism_line, headline, parity_line, parity_rows,
                     precision_rows, precision_verdict_line)
 
@@ -152,3 +152,12 @@ def precision_repr(precision: Precision) -> str:
 def determinism_repr(determinism: Determinism) -> str:
     outcome, words = determinism_line(determinism)
     return _one_line(f"<Determinism: {outcome} — {words}>")
+
+
+# the engine's results show through these (``engine.report.WRITERS``): registered when this module loads, with the public API
+WRITERS.update({
+    "GradientReport": {"html": report_html, "repr": report_repr},
+    "Parity": {"html": parity_html, "repr": parity_repr},
+    "Precision": {"html": precision_html, "repr": precision_repr},
+    "Determinism": {"html": determinism_html, "repr": determinism_repr},
+})

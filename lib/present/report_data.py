@@ -147,6 +147,7 @@ def summary(report: GradientReport, case=None) -> dict:
         "passed": report.verdict.passed,
         "outcome": report.verdict.outcome,
         "seconds": report.seconds,
+        "kernel": _kernel(report),
         "verdict": report.verdict.summary,
         "coverage": _coverage(report),
         "diagnosis": [{"kind": f.kind, "words": f.words, "evidence": f.evidence} for f in report.diagnosis.findings] if report.diagnosis else [],
@@ -300,3 +301,15 @@ def _coverage(report: GradientReport) -> dict | None:
             "forward evaluations": c.forward_evaluations, "random probes": c.probes, "partial": c.partial or None,
             "truths": list(c.truths), "reference role": c.role, "reference not a truth for": list(c.unreproduced),
             "in words": c.describe()}
+
+
+def _kernel(report) -> dict | None:
+    """A fused kernel's facts (``engine.kernels``): its native precision and why, Triton's interpreter."""
+    kernel = report.kernel
+    if kernel is None:
+        return None
+    native = kernel.native
+    return {"fresh_graph_per_backward": True, "interpreted": kernel.interpreted,
+            "native": None if native is None else {"dtype": native.dtype, "raised_in": native.stage or None, "raised": native.kind or None,
+                                                   "message": native.message or None,
+                                                   "float64_output_error": None if native.stage else native.error}}

@@ -37,7 +37,9 @@ from ..engine.precision import CONFIDENCE, is_low
 from ..engine.tolerances import default_tolerances
 
 PACKAGE = __name__.split(".")[0]  # Gradient Lab's import package: gradient_lab
-REPOSITORY = Path(sys.modules[PACKAGE].__file__).resolve().parents[1]  # where it is importable from: a checkout's root, or site-packages
+_INIT = sys.modules[PACKAGE].__file__
+assert _INIT is not None  # a package of files
+REPOSITORY = Path(_INIT).resolve().parents[1]  # where it is importable from: a checkout's root, or site-packages
 
 
 def _perturbation_source(perturbation: Perturbation) -> str:
@@ -70,9 +72,9 @@ def _by_name(obj) -> tuple[str, str] | None:
     function defined inside another, a functools.partial, ...)."""
     module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
     found = sys.modules.get(module) if module and qualname else None
-    for part in qualname.split(".") if found is not None else ():
+    for part in qualname.split(".") if found is not None and qualname else ():
         found = getattr(found, part, None)
-    return (module, qualname) if found is obj and found is not None else None
+    return (module, qualname) if found is obj and found is not None and module and qualname else None
 
 
 def _location(module_name: str) -> tuple[str, Path | None]:
@@ -325,8 +327,8 @@ def _sources(family, formula: str) -> tuple[list[str], list[str], list[str], str
     named = _by_name(code)
     declared = None  # a lambda or closure: the module that declares its family is imported, and the formula taken from the family
     if named is None:
-        module = sys.modules.get(family.module)
-        declared = family.module if getattr(module, "__file__", None) and family.module != "__main__" else None
+        declaring = sys.modules.get(family.module)
+        declared = family.module if getattr(declaring, "__file__", None) and family.module != "__main__" else None
         if declared is None:
             raise LabError(f"The formula {formula!r} ({getattr(code, '__qualname__', code)!r}) cannot be imported by name, and its family "
                            "is not declared at the top level of a module, so a script cannot get it back: declare the family at a module's "
@@ -336,7 +338,9 @@ def _sources(family, formula: str) -> tuple[list[str], list[str], list[str], str
     wanted = [(named, "the formula under test")]
     if reference:
         wanted.append((reference, "the reference: plain torch ops, differentiated by autograd"))
-    imports, directories, modules = [], {}, []  # directories: directory -> the script's name for it
+    imports: list[str] = []
+    directories: dict[str, str] = {}  # directory -> the script's name for it
+    modules: list[str] = []
     for (module, qualname), comment in wanted:
         import_name, directory = _location(module)
         if qualname:

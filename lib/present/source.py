@@ -17,6 +17,8 @@ def backward_source(formula: Formula) -> str | None:
     Python cannot find it (a function built at run time, say)."""
     cls = function_class(formula.function)
     target = getattr(cls, "backward", None) if cls is not None else formula.function
+    if target is None:
+        return None
     try:
         return textwrap.dedent(inspect.getsource(target)).rstrip() + "\n"
     except (OSError, TypeError):

@@ -54,7 +54,9 @@ def verdict(report) -> None:
 
 def conditions(case, formula, report) -> None:
     """The verdict again under each condition: where the Function will really run."""
-    with st.expander(f"Conditions: {conditions_line(report)[1]}", expanded=bool(report.conditions.failed)):
+    line = conditions_line(report)
+    assert line is not None  # drawn where the conditions stage ran (STAGE_SECTIONS)
+    with st.expander(f"Conditions: {line[1]}", expanded=bool(report.conditions.failed)):
         st.caption("The verdict again as real code calls the backward: with only some inputs requiring a gradient, "
                    "grad_output expanded (as .sum() hands it), transposed or a strided view, inputs transposed or "
                    "sliced, the same tensor passed twice, an empty batch or one row, tied values and kinks.")

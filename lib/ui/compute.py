@@ -11,6 +11,7 @@ import time
 import traceback
 from collections import OrderedDict
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, Callable, Hashable, Iterator
 
 import streamlit as st
@@ -20,6 +21,7 @@ from ..errors import LabError
 from ..progress import listening
 from ..sizes import array_bytes
 
+in_cached_function: ContextVar[bool] | None
 try:  # Streamlit's own flag for "inside a cached function"; internal, so optional
     from streamlit.runtime.scriptrunner_utils.script_run_context import in_cached_function
 except ImportError:  # pragma: no cover
@@ -77,10 +79,10 @@ class _Ledger:
             self._counts[wrapped] = self._counts.get(wrapped, 0) + 1
             self._bytes += size
             victims = []
-            if self._counts[wrapped] > per_function:
-                victims.append(self._pop(next(k for k, (w, _, _) in self._entries.items() if w is wrapped)))
-            while self._bytes > limit:
-                victims.append(self._pop(next(iter(self._entries))))
+            if self._counts[wrapped] > per_function and (victim := self._pop(next(k for k, (w, _, _) in self._entries.items() if w is wrapped))):
+                victims.append(victim)
+            while self._bytes > limit and (victim := self._pop(next(iter(self._entries)))):
+                victims.append(victim)
             return victims
 
     def clear(self) -> None:
@@ -134,7 +136,7 @@ def cached(fn: Callable[..., Any]) -> Callable[..., Any]:
 def forget_all() -> None:
     """Drop every cached result (a user's module changed: results computed with its old code do not apply)."""
     for call in _CACHED.values():
-        call.clear()
+        call.clear()  # type: ignore[attr-defined]  # set on each wrapper by cached() above
     _LEDGER.clear()
 
 

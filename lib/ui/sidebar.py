@@ -82,7 +82,7 @@ def page_setup(page: str, title: str, explanation: str) -> Case:
         st.html(PRESENTATION_STYLE)
     st.title(title)
     st.caption(explanation)
-    link = {k: st.query_params.get(k) for k in st.query_params}  # as the link gave them, before any widget reads them
+    link = {k: st.query_params[k] for k in st.query_params}  # as the link gave them, before any widget reads them
     drop_unreadable_numbers(page)
     link.update(st.session_state.pop(_DROPPED, {}))  # what the first opening dropped, for the note
     remember_page_settings(page)
@@ -111,6 +111,8 @@ LARGEST_NUMBER = 2.0**53  # beyond it a float no longer holds every integer
 
 
 def _readable(value: str | None) -> bool:
+    if value is None:
+        return False
     try:
         number = float(value)
     except (TypeError, ValueError, OverflowError):
@@ -182,8 +184,8 @@ def link_notes(link: dict[str, str]) -> list[str]:
             continue
         if key not in st.session_state and not key.startswith(PAGE_PREFIXES):
             notes.append(f"{shown(key)} is not a setting of Gradient Lab")
-        elif key == "device" and value and device_problem(value):  # an absent device: said once, and the page runs on the CPU
-            notes.append(f"{shown(key)}={shown(value)}: {device_problem(value).rstrip('.')}, so it runs on the CPU")
+        elif key == "device" and value and (problem := device_problem(value)):  # an absent device: said once, and the page runs on the CPU
+            notes.append(f"{shown(key)}={shown(value)}: {problem.rstrip('.')}, so it runs on the CPU")
         elif key in st.session_state and key not in st.query_params and _url_form(st.session_state[key]) != value:
             notes.append(f"{shown(key)}={shown(value)} is not a valid value here")
     return notes
@@ -254,7 +256,8 @@ def sidebar_case() -> Case:
     for name, value in family.params.items():  # any other family parameter, generically
         if name not in ("dim", "eps"):
             params[name] = st.number_input(name, value=value, key=f"param_{name}", bind=URL)
-    step = st.select_slider("Finite-difference step h", ["auto"] + _log_choices(-12, -1), value="auto", key="step", bind=URL,
+    steps: list[float | str] = ["auto", *_log_choices(-12, -1)]
+    step = st.select_slider("Finite-difference step h", steps, value="auto", key="step", bind=URL,
                             format_func=lambda v: "auto (by dtype)" if v == "auto" else f"{v:.0e}")
 
     with st.expander("Perturbations", expanded=False):

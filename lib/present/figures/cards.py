@@ -109,7 +109,7 @@ def entries_scatter(report: GradientReport) -> str | None:
     crosses = "".join(f"M{x - 2.5:.1f} {y - 2.5:.1f}l5 5m0 -5l-5 5" for x, y in zip(to_x(t[wrong]), to_y(a[wrong])))
     if crosses:
         parts.append(f"<path d='{crosses}' stroke='{WRONG}' stroke-width='1.4' fill='none'/>")
-    legend_x = LEFT + 6
+    legend_x: float = LEFT + 6
     for label, color, mark in (("right", RIGHT, "●"), ("wrong", WRONG, "✕")):
         if counts[label]:
             words = f"{mark} {label} ({counts[label]:,})"

@@ -185,7 +185,7 @@ def error_heatmap(comparison: InputComparison, pair: Pair = DEFAULT_PAIR, relati
         measure = np.where(np.isfinite(errors.relative), errors.relative, np.nan)
         shown = np.log10(np.maximum(measure, RELATIVE_FLOOR))  # exact matches would be log10(0) = −inf
         finite = np.isfinite(measure)
-        worst = np.unravel_index(int(np.argmax(np.where(finite, measure, -1.0))), measure.shape) if finite.any() else None
+        worst = tuple(int(i) for i in np.unravel_index(int(np.argmax(np.where(finite, measure, -1.0))), measure.shape)) if finite.any() else None
         z, text, x_title, y_title = grid_of(shown, name)
         raw, *_ = grid_of(measure, name)
         heatmap = go.Heatmap(
@@ -288,7 +288,7 @@ def jacobian_heatmaps(comparison: InputComparison) -> go.Figure | None:
     name = comparison.name
     shape = comparison.gradients["reference"].shape
     columns = [name_index(name, np.unravel_index(i, shape)) for i in range(int(np.prod(shape, dtype=int)))]
-    panels = {}
+    panels: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
     for source in SOURCES:
         z = comparison.jacobians[source]
         text = np.array([[f"∂y[{k}] / ∂{column}" for column in columns] for k in range(z.shape[0])], dtype=object)
@@ -342,9 +342,9 @@ def step_sweep_figure(sweep: StepSweep) -> go.Figure:
     fig.update_xaxes(type="log", exponentformat="power")
     fig.update_yaxes(type="log", exponentformat="power")
     # both ends of the curves are high, so the bottom corners are free for the explanation
-    for x, anchor, text in ((0.0, "left", "← smaller h: rounding error grows"), (1.0, "right", "larger h: truncation error grows →")):
+    for x, side, text in ((0.0, "left", "← smaller h: rounding error grows"), (1.0, "right", "larger h: truncation error grows →")):
         fig.add_annotation(
-            text=text, xref="paper", yref="paper", x=x, y=0.0, xanchor=anchor, yanchor="bottom",
+            text=text, xref="paper", yref="paper", x=x, y=0.0, xanchor=side, yanchor="bottom",
             showarrow=False, font={"size": 12, "color": "#555"},
         )  # fmt: skip
     return fig

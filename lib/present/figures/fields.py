@@ -12,8 +12,8 @@ from ...explore.landscape import GradientField
 
 def shared_log_range(field: GradientField) -> tuple[float, float] | None:
     """(lowest, highest) log10 of the positive finite errors over every formula; None if none."""
-    values = [e[np.isfinite(e) & (e > 0)] for e in field.errors.values()]
-    values = np.concatenate(values) if values else np.zeros(0)
+    positive = [e[np.isfinite(e) & (e > 0)] for e in field.errors.values()]
+    values = np.concatenate(positive) if positive else np.zeros(0)
     if values.size == 0:
         return None
     low, high = float(np.log10(values.min())), float(np.log10(values.max()))

@@ -72,6 +72,7 @@ def loss_contour_figure(surface: Surface, log: bool = False, trajectories: Traje
         for position, (formula, run) in enumerate(trajectories.runs.items()):
             fig.add_trace(_path_trace(formula, run.plane_path, position))
     fig.update_xaxes(range=[surface.a[0], surface.a[-1]])
+    assert surface.b is not None  # contours are of a 2-D grid
     fig.update_yaxes(range=[surface.b[0], surface.b[-1]], scaleanchor="x" if surface.plane_mode == "input plane" else None)
     heading = "Loss surface" + (" with optimizer paths" if trajectories is not None else "")
     return base_layout(fig, heading, surface.labels[0], surface.labels[1])

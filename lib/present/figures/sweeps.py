@@ -68,7 +68,8 @@ def sweep_figure(result: SweepResult, metric: str = "max abs error") -> go.Figur
     else:
         fig.update_yaxes(range=[-1.1, 1.1], zeroline=True)
     if result.log_x and not categorical:
-        decades = math.log10(max(x) / min(x)) if min(x) > 0 else 0.0
+        numbers = [float(v) for v in x]  # not categorical: the values as floats already
+        decades = math.log10(max(numbers) / min(numbers)) if min(numbers) > 0 else 0.0
         if decades > 3:  # a tick per decade, without the 2s and 5s between
             fig.update_xaxes(exponentformat="power", dtick=1)
         else:  # a short range: a tick at every swept value, labelled as the sweep labels it
