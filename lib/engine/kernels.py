@@ -173,7 +173,6 @@ def unseen_writes(function: Callable[..., Any], inputs: Sequence[Any], names: Se
     from .signature import name_element
 
     found: list[Write] = []
-    before = [x.detach().clone() if isinstance(x, Tensor) else x for x in inputs]
     leaves = [x.detach().clone().requires_grad_(x.is_floating_point()) if isinstance(x, Tensor) else x for x in inputs]
     as_given = [x.detach().clone() if isinstance(x, Tensor) else x for x in leaves]
     try:
@@ -196,7 +195,7 @@ def unseen_writes(function: Callable[..., Any], inputs: Sequence[Any], names: Se
     except Exception:  # noqa: BLE001 - a backward that raises is the verdict's to report
         return found
     found += _changed(after_forward, leaves, names, "saved tensor", "backward")
-    for u, h, o in zip(upstreams, handed, outputs):
+    for u, h in zip(upstreams, handed):
         if not torch.equal(u, h):
             found += _first_difference(u, h, "grad_output", "grad_output", "backward", name_element)
     try:
@@ -207,7 +206,6 @@ def unseen_writes(function: Callable[..., Any], inputs: Sequence[Any], names: Se
     for name, a, b in zip(names_wanted, first, second):
         if a is not None and b is not None and not torch.equal(a, b.detach()):
             found += _first_difference(a, b.detach(), "a second backward", name, "backward", name_element)
-    del before
     return found
 
 
