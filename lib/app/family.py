@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from ..engine.kernels import NATIVE, Native, fresh_graphs, in_native, native_precision
+from ..engine.kernels import NATIVE, Native, fresh_graphs, in_native, native_precision, refuse_interpreted
 from ..engine.pipeline import Problem, problem
 from ..errors import FormulaError
 from ..engine.signature import as_tuple, differentiable, differentiable_outputs, positional_apply
@@ -98,6 +98,7 @@ class Family:
         """A kernel's native precision on ``inputs`` (``kernels.native_precision``); None for other formulas."""
         if not self.kernel:
             return None
+        refuse_interpreted(inputs)
         return native_precision(self.bind_as_given(formula, params), self.bind(None, params) if self.reference is not None else None,
                                 inputs)
 

@@ -16,7 +16,6 @@ change for them:
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -147,8 +146,23 @@ class Kernel:
 
 def interpreted() -> bool:
     """Whether kernels run under Triton's interpreter (``TRITON_INTERPRET=1``): interpreter
-    semantics, no races, tf32 or GPU layouts tested."""
-    return os.environ.get("TRITON_INTERPRET", "") not in ("", "0")
+    semantics, no races, tf32 or GPU layouts tested. (``gradient_lab.triton`` imports no Triton.)"""
+    from ..triton import interpreting
+
+    return interpreting()
+
+
+def refuse_interpreted(inputs: Sequence[Any]) -> None:
+    """Raise LabError where the inputs' dtype gives silently wrong numbers under Triton's interpreter
+    (bfloat16, float8: ``gradient_lab.triton.check_dtype`` says why)."""
+    from ..errors import LabError
+    from ..triton import check_dtype
+
+    for dtype in {x.dtype for x in inputs if isinstance(x, Tensor) and x.is_floating_point()}:
+        try:
+            check_dtype(dtype)
+        except ValueError as error:
+            raise LabError(f"{error}.") from None
 
 
 # ---- writes that autograd cannot see ----------------------------------------------------------------------

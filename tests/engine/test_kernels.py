@@ -69,3 +69,15 @@ def test_each_write_autograd_cannot_see_is_named_with_its_element(kernel, target
 
 def test_a_kernel_that_writes_nothing_has_no_writes():
     assert unseen_writes(SquareInFloat32.apply, (X,), ("x",)) == []
+
+
+def test_bfloat16_is_refused_for_a_kernel_under_the_interpreter_with_the_reason(monkeypatch):
+    from gradient_lab.errors import LabError
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    if "triton" in __import__("sys").modules:  # then the knob, not the variable, says whether it interprets
+        pytest.skip("triton imported in this process without the interpreter")
+    with pytest.raises(LabError, match="bfloat16 is not checked under Triton's interpreter"):
+        check_gradients(SquareInFloat32.apply, (X,), reference=square, kernel=True, dtype=torch.bfloat16)
+    report = check_gradients(SquareInFloat32.apply, (X,), reference=square, kernel=True)
+    assert report.kernel.interpreted  # said beside the verdict: interpreter semantics
