@@ -58,7 +58,8 @@ class _Session:
     is running."""
 
     def __init__(self, path: str | None) -> None:
-        self.path, self.records, self.test = path, [], OUTSIDE
+        self.path, self.test = path, OUTSIDE
+        self.records: list[Record] = []
         self.order: dict[str, int] = {}  # the tests' node ids in collection order, where xdist told them
 
     def observe(self, report: GradientReport, order: int, name: str) -> None:
@@ -155,7 +156,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem):
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
     session = item.config.stash.get(_KEY, None)  # setup, call and teardown: a check in a fixture is the test's too
     if session is not None:
         session.test = item.nodeid

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import textwrap
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -33,6 +33,7 @@ from .errors import LabError
 from .engine.judge import compare_entries, truth_scale
 
 Tensor = torch.Tensor
+Checked = Callable[..., Any] | type[torch.autograd.Function]  # what the assertion checks: a callable, or a Function class
 WIDTH = 100  # a CI log's line
 # Called with (report, order, the Function's name) after every assert_gradients_match: the pytest
 # plugin's --gradient-report listens here (``testing.OBSERVERS``, a public hook, kept in a module that
@@ -40,7 +41,7 @@ WIDTH = 100  # a CI log's line
 OBSERVERS = observers.OBSERVERS
 
 
-def _callable(function) -> Callable[..., Tensor]:
+def _callable(function: Checked) -> Callable[..., Any]:
     if isinstance(function, type) and issubclass(function, torch.autograd.Function):
         return function.apply
     if not callable(function):
@@ -48,14 +49,15 @@ def _callable(function) -> Callable[..., Tensor]:
     return function
 
 
-def _name(function) -> str:
+def _name(function: Checked) -> str:
     owner = function_class(function)  # MyFunction.apply: the Function's own name
     if owner is not None:
         return owner.__name__
     return getattr(function, "__qualname__", None) or getattr(function, "__name__", None) or type(function).__name__
 
 
-def as_family(function, inputs: Sequence[Tensor], reference=None, name: str | None = None, surrogate=None, order: int = 2,
+def as_family(function: Checked, inputs: Sequence[Tensor], reference: Callable[..., Any] | None = None, name: str | None = None,
+              surrogate: Callable[..., Any] | None = None, order: int = 2,
               batch_dims: Sequence[int | None] | None = None, kernel: bool = False) -> Family:
     """A family of one formula, ``function``, on ``inputs`` as given: what the engine needs, and no
     more (nothing registered, no input builder)."""
@@ -67,7 +69,8 @@ def as_family(function, inputs: Sequence[Tensor], reference=None, name: str | No
                   batch_dims=checked_batch_dims(batch_dims, len(inputs)), kernel=kernel)
 
 
-def check_gradients(function, inputs: Tensor | Sequence[Tensor], *, reference=None, surrogate=None, order: int = 1, seed: int = 0,
+def check_gradients(function: Checked, inputs: Tensor | Sequence[Tensor], *, reference: Callable[..., Any] | None = None,
+                    surrogate: Callable[..., Any] | None = None, order: int = 1, seed: int = 0,
                     step: float | None = None, atol: float | None = None, rtol: float | None = None,
                     conditions: str = "default", parity: bool | str | Sequence[str] = False,
                     dtype: torch.dtype | None = None, determinism: int | None = None, batch_invariant: bool = True,
@@ -111,11 +114,11 @@ def check_gradients(function, inputs: Tensor | Sequence[Tensor], *, reference=No
     return compare_gradients(family, family.name, copies, options=options)
 
 
-def _parity_paths(parity: bool | str | Sequence[str]) -> str | Sequence[str] | None:
-    return "all" if parity is True else None if parity is False or parity is None else parity
+def _parity_paths(parity: bool | str | Sequence[str]) -> str | tuple[str, ...] | None:
+    return "all" if parity is True else None if parity is False or parity is None else parity if isinstance(parity, str) else tuple(parity)
 
 
-def assert_gradients_match(function, inputs: Tensor | Sequence[Tensor], reference: Callable[..., Tensor] | None = None, *,
+def assert_gradients_match(function: Checked, inputs: Tensor | Sequence[Tensor], reference: Callable[..., Tensor] | None = None, *,
                            surrogate: Callable[..., Tensor] | None = None, order: int = 1, seed: int = 0, step: float | None = None,
                            atol: float | None = None, rtol: float | None = None, conditions: str = "default",
                            parity: bool | str | Sequence[str] = False, dtype: torch.dtype | None = None,
@@ -210,7 +213,7 @@ def _worst_drawn(report: GradientReport) -> str:
         if excess > worst:
             where = name_index(comparison.name, index)
             shown = [f"analytic {values['analytic']:.6g}", f"numerical {values['numerical']:.6g}"]
-            if trusted:
+            if trusted and coverage is not None:
                 shown.insert(1, f"{truth_label('reference', coverage.role)} {values['reference']:.6g}")
             worst, text = excess, f"worst element of the gradient of sum(output): {where}: {', '.join(shown)}"
     return text

@@ -125,13 +125,13 @@ def native_precision(function: Callable[..., Any], reference: Callable[..., Any]
     truths = [t for t in (truth if isinstance(truth, (tuple, list)) else (truth,)) if isinstance(t, Tensor) and t.is_floating_point()]
     if len(truths) != len(outputs) or any(t.shape != o.shape for t, o in zip(truths, outputs)):
         return None  # the verdict says how they differ
-    error = 0.0
+    relative = 0.0
     for o, t in zip(outputs, truths):
         scale = float(t.abs().max()) if t.numel() else 0.0
         if scale > 0 and math.isfinite(scale):
-            error = max(error, float((o.detach() - t).abs().nan_to_num(nan=0.0, posinf=0.0).max()) / scale)
-    if error > FLOAT32_ACCURATE:
-        return Native(str(NATIVE).removeprefix("torch."), "", error=error)
+            relative = max(relative, float((o.detach() - t).abs().nan_to_num(nan=0.0, posinf=0.0).max()) / scale)
+    if relative > FLOAT32_ACCURATE:
+        return Native(str(NATIVE).removeprefix("torch."), "", error=relative)
     return None
 
 
@@ -204,8 +204,8 @@ def unseen_writes(function: Callable[..., Any], inputs: Sequence[Any], names: Se
     handed = [u.clone() for u in upstreams]
     after_forward = [x.detach().clone() if isinstance(x, Tensor) else x for x in leaves]
     try:
-        first = torch.autograd.grad(outputs, wanted, handed, retain_graph=True, allow_unused=True)
-        first = [g.detach().clone() if g is not None else None for g in first]
+        first = [g.detach().clone() if g is not None else None
+                 for g in torch.autograd.grad(outputs, wanted, handed, retain_graph=True, allow_unused=True)]
     except Exception:  # noqa: BLE001 - a backward that raises is the verdict's to report
         return found
     found += _changed(after_forward, leaves, names, "saved tensor", "backward")
