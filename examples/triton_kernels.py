@@ -1,7 +1,8 @@
 """A worked example for kernel authors: a Triton row softmax, forward and backward kernels wrapped in a
 ``torch.autograd.Function``, checked against plain torch ops.
 
-    gradient-lab check examples/triton_kernels.py
+    gradient-lab check examples/triton_kernels.py              # a few minutes under the interpreter
+    gradient-lab check examples/triton_kernels.py --shape 4,8  # about a minute
     gradient-lab app --functions examples/triton_kernels.py
 
 Autograd cannot see into a kernel: the backward kernel is the only gradient there is, so Gradient Lab

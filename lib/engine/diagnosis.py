@@ -97,7 +97,7 @@ def diagnose(verdict: JacobianVerdict, inputs: Sequence[np.ndarray], tolerances:
         return Diagnosis((*findings, rolled))
     a, t = _stack(verdict)
     finite = np.isfinite(a) & np.isfinite(t)
-    tests = (_follows_foreign, _not_finite, _sign_or_factor, _row_factor, _row_factor_and_own_term, _transposed, _swapped, _reduction_dim, _region)
+    tests = (_follows_foreign, _not_finite, _sign_or_factor, _input_factor, _row_factor, _row_factor_and_own_term, _transposed, _swapped, _reduction_dim, _region)
     for test in tests:
         found = test(verdict, a, t, finite, inputs, tolerances)
         if found:
@@ -176,6 +176,37 @@ def _sign_or_factor(verdict, a, t, finite, inputs, tolerances) -> Finding | None
                        "analytic = 0 at every compared entry", "gives no gradient")
     words = f"sign flipped and off by a constant factor {abs(c):.6g}" if c < 0 else f"off by a constant factor {c:.6g}"
     return Finding("factor", words, f"analytic = {c:.6g} × truth at every compared entry")
+
+
+def _input_factor(verdict, a, t, finite, inputs, tolerances) -> Finding | None:
+    """With several inputs: one input's gradient off by a constant factor, the others right (a
+    weight's gradient doubled beside a right one for x). Where every input has the same factor,
+    ``_sign_or_factor`` tells it."""
+    if len(verdict.entries) < 2:
+        return None
+    factors = []
+    for e in verdict.entries:
+        ea, et = e.values["analytic"], _truth(e.values)
+        ok = np.isfinite(ea) & np.isfinite(et)
+        if not ok.any() or not np.any(et[ok]):
+            return None
+        c = float(ea[ok] @ et[ok] / (et[ok] @ et[ok]))
+        if not np.isfinite(c):
+            return None
+        c = 1.0 if abs(c - 1) < 1e-6 else c
+        tight = replace(tolerances, rtol=min(tolerances.rtol, max(abs(c - 1), 1e-6) / 4), atol=min(tolerances.atol, max(abs(c - 1), 1e-6) / 4))
+        if not _explains(ea, c * et, tight if c != 1 else tolerances):
+            return None
+        factors.append(c)
+    wrong = [(e.name, c) for e, c in zip(verdict.entries, factors) if c != 1]
+    if not wrong or len(wrong) == len(factors) and np.allclose(factors, factors[0], rtol=1e-6, atol=0):  # none, or all alike: _sign_or_factor's
+        return None
+    if not _probes_explained(verdict, lambda i: factors[i], tolerances):
+        return None
+    words = "; ".join(f"the gradient of {name} is off by a constant factor {c:.6g}" for name, c in wrong)
+    right = [e.name for e, c in zip(verdict.entries, factors) if c == 1]
+    evidence = "; ".join(f"analytic = {c:.6g} × truth at every compared entry of {name}" for name, c in wrong)
+    return Finding("factor", words, evidence + (f", and right for {', '.join(right)}" if right else ""))
 
 
 def _row_factor(verdict, a, t, finite, inputs, tolerances) -> Finding | None:

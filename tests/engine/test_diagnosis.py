@@ -143,3 +143,26 @@ def test_a_backward_wrong_at_a_few_entries_is_not_called_off_by_a_constant_facto
     report = check_gradients(ErfWrongInABand, z, reference=torch.erf, conditions="none", training=0)
     assert not report.verdict.passed
     assert "factor" not in [f.kind for f in report.diagnosis.findings]
+
+
+class _ScaleWithWeightGradientDoubled(torch.autograd.Function):
+    """x · w (w broadcast over rows): right for x, the weight's gradient doubled."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return x * w
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        return g * w, 2 * (g * x).sum(0)
+
+
+def test_one_inputs_gradient_off_by_a_factor_is_told_for_that_input_alone():
+    from gradient_lab.testing import check_gradients
+
+    x, w = torch.randn(3, 5, dtype=torch.float64), torch.randn(5, dtype=torch.float64)
+    report = check_gradients(_ScaleWithWeightGradientDoubled.apply, (x, w), reference=lambda x, w: x * w, conditions="none", training=0)
+    (finding,) = report.diagnosis.findings
+    assert finding.kind == "factor" and finding.words == "the gradient of x2 is off by a constant factor 2"
