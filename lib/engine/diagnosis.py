@@ -97,7 +97,8 @@ def diagnose(verdict: JacobianVerdict, inputs: Sequence[np.ndarray], tolerances:
         return Diagnosis((*findings, rolled))
     a, t = _stack(verdict)
     finite = np.isfinite(a) & np.isfinite(t)
-    tests = (_follows_foreign, _not_finite, _sign_or_factor, _input_factor, _row_factor, _row_factor_and_own_term, _transposed, _swapped, _reduction_dim, _region)
+    tests = (_follows_foreign, _not_finite, _sign_or_factor, _input_factor, _row_factor, _row_factor_and_own_term, _transposed, _swapped,
+             _reduction_dim, _region)
     for test in tests:
         found = test(verdict, a, t, finite, inputs, tolerances)
         if found:
