@@ -392,7 +392,7 @@ def check_jacobian(
     output_element: Callable[[int], str] | None = None,
     role: str = "reference",
     looks: int = MAX_SECOND_LOOK,
-    kinks: bool = True,
+    read_kinks: bool = True,
 ) -> JacobianVerdict:
     """The formula's whole Jacobian against the truth (see the module's docstring).
 
@@ -466,7 +466,7 @@ def check_jacobian(
     if not partial and differences:  # kinks and the differences' noise matter only where they are a truth
         judged, forgiven = _second_look(function, inputs, entries, judged, tolerances, [p.batched for p in plans], budget_bytes, looks)
         # kinks are read from one-sided differences at float64's rounding: not of a function computed in float32 (a kernel's)
-        marked = marked if marked is not None else _marked_kinks(function, inputs, entries, plans, tolerances, budget_bytes) if kinks else {}
+        marked = marked if marked is not None else _marked_kinks(function, inputs, entries, plans, tolerances, budget_bytes) if read_kinks else {}
         kink_looks = {i: {**marked.get(i, {}), **forgiven["looks"].get(i, {})} for i in range(len(inputs))}
         kink_elements = [np.array(sorted(kink_looks[i]), dtype=np.int64) for i in range(len(inputs))]
         kinks = [name_element(e.name, e.shape, int(c)) for e, elements in zip(entries, kink_elements) for c in elements]

@@ -509,7 +509,7 @@ def _first_order(problem: Problem, options: CheckOptions, plans: Sequence[Differ
                                       budget_bytes=options.budget_bytes, work_limit=options.work_limit,
                                       output_element=checked.output_element, role=checked.role,
                                       # a kernel in float32: its differences are float32's noise, never looked at one by one
-                                      looks=0 if checked.native is not None else options.looks, kinks=checked.native is None)
+                                      looks=0 if checked.native is not None else options.looks, read_kinks=checked.native is None)
         except FormulaError as error:  # its backward raised for another upstream, or when called again on the graph
             e = replace(e, failure=Failure.of("backward", error, when=_when_again(error)))
     sampled = jacobian is not None and bool(jacobian.coverage.sampled)  # at scale the drawn upstream is a probe: judged there
