@@ -639,7 +639,8 @@ def _rank_one_term(verdict, tolerances) -> Finding | None:
                 for k in cols_of_row[r]:
                     block[i, index[int(e.cols[k])]] = d[k]
             s = np.linalg.svd(block, compute_uv=False)
-            ranks.append(s[1] <= 1e-8 * max(s[0], 1e-300) and s[0] > tolerances.atol)
+            # rank one up to the judged dtype's rounding (float32's for a kernel judged in it), never looser than 1e-8 asks in float64
+            ranks.append(s[1] <= max(1e-8, 100 * tolerances.rounding) * max(s[0], 1e-300) and s[0] > tolerances.atol)
         if ranks and all(ranks):
             return Finding("rank-one term", "a term of rank one per block of outputs is missing or extra (a projection such as −y yᵀ)",
                            f"analytic − truth has rank 1 in each of the {len(ranks)} blocks of {e.name}'s Jacobian",

@@ -19,6 +19,7 @@ class Tolerances:
     # Jacobian vanishes by cancellation (f(x, x) of a cosine) is judged in the plain case's unit,
     # not in its own rounding's
     unit: float = 0.0
+    rounding: float = 2.220446049250313e-16  # the judged dtype's eps: float64's, or float32's for a kernel judged in it
 
 
 # The verdict's own: atol is in units of the truth's largest |value| (lib.engine.judge.truth_scale),
@@ -54,4 +55,6 @@ def round_up(value: float, digits: int = 2) -> float:
 
 def _with(table: dict, dtype: torch.dtype, overrides: dict) -> Tolerances:
     base = table.get(dtype, table[torch.float64])
-    return Tolerances(**{k: (v if (v := overrides.get(k)) is not None else getattr(base, k)) for k in ("step", "atol", "rtol")})
+    rounding = torch.finfo(dtype).eps if dtype.is_floating_point else torch.finfo(torch.float64).eps
+    return Tolerances(**{k: (v if (v := overrides.get(k)) is not None else getattr(base, k)) for k in ("step", "atol", "rtol")},
+                      rounding=rounding)

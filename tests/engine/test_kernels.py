@@ -74,8 +74,10 @@ def test_a_kernel_that_writes_nothing_has_no_writes():
 def test_bfloat16_is_refused_for_a_kernel_under_the_interpreter_with_the_reason(monkeypatch):
     from gradient_lab.errors import LabError
 
+    from gradient_lab.triton import interpreting
+
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    if "triton" in __import__("sys").modules:  # then the knob, not the variable, says whether it interprets
+    if not interpreting():  # triton imported in this process without it: then its knob, not the variable, says
         pytest.skip("triton imported in this process without the interpreter")
     with pytest.raises(LabError, match="bfloat16 is not checked under Triton's interpreter"):
         check_gradients(SquareInFloat32.apply, (X,), reference=square, kernel=True, dtype=torch.bfloat16)

@@ -40,6 +40,7 @@ def test_a_right_triton_softmax_passes_in_its_native_precision_under_the_interpr
 def test_a_softmax_missing_its_term_fails():
     report = check_gradients(weighted(k.RowSoftmaxMissingTerm.apply), (X,), reference=weighted(k.softmax_reference), **FAST)
     assert not report.verdict.passed and report.verdict.found is not None
+    assert "rank-one term" in [f.kind for f in report.diagnosis.findings]  # the −y yᵀ projection, told in float32 too
 
 
 def test_a_softmax_that_forgets_one_rows_scaling_fails_on_that_row():
