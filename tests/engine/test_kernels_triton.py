@@ -13,7 +13,10 @@ pytest.importorskip("triton")
 
 from gradient_lab.engine.kernels import unseen_writes  # noqa: E402
 from gradient_lab.testing import check_gradients  # noqa: E402
-from tests.specimens import triton_kernels as k  # noqa: E402
+from tests.registry import families_kept  # noqa: E402
+
+with families_kept():  # its Functions, not the families it declares for the command line: the gallery's tests see the gallery
+    from tests.specimens import triton_kernels as k  # noqa: E402
 
 FAST = dict(kernel=True, conditions="none", training=0)  # the verdict and its diagnosis; conditions are the engine's own tests'
 
