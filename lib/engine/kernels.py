@@ -21,6 +21,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from .signature import name_element
+
 Tensor = torch.Tensor
 NATIVE = torch.float32  # the precision kernels compute in when they do not compute in float64
 # a float64 output this far from the reference's (relative to its largest value) computes in float32: float64's own rounding is
@@ -184,8 +186,6 @@ class Write:
 def unseen_writes(function: Callable[..., Any], inputs: Sequence[Any], names: Sequence[str]) -> list[Write]:
     """Every write of ``function``'s into its inputs (in forward, or in backward where an input is
     saved for it), into grad_output, and a second backward on one graph that differs from the first."""
-    from .signature import name_element
-
     found: list[Write] = []
     leaves = [x.detach().clone().requires_grad_(x.is_floating_point()) if isinstance(x, Tensor) else x for x in inputs]
     as_given = [x.detach().clone() if isinstance(x, Tensor) else x for x in leaves]
@@ -194,7 +194,7 @@ def unseen_writes(function: Callable[..., Any], inputs: Sequence[Any], names: Se
             output = function(*leaves)
     except Exception:  # noqa: BLE001 - a forward that raises is the verdict's to report
         return []
-    found += _changed(as_given, leaves, names, "input", "forward")
+    found += _changed(inputs, leaves, names, "input", "forward")  # the leaves are copies: the inputs as given
     outputs = [o for o in (output if isinstance(output, (tuple, list)) else (output,)) if isinstance(o, Tensor) and o.requires_grad]
     wanted = [x for x in leaves if isinstance(x, Tensor) and x.requires_grad]
     if not outputs or not wanted:
@@ -210,31 +210,33 @@ def unseen_writes(function: Callable[..., Any], inputs: Sequence[Any], names: Se
         return found
     found += _changed(after_forward, leaves, names, "saved tensor", "backward")
     for u, h in zip(upstreams, handed):
-        if not torch.equal(u, h):
-            found += _first_difference(u, h, "grad_output", "grad_output", "backward", name_element)
+        found += _first_difference(u, h, "grad_output", "grad_output", "backward")
     try:
         second = torch.autograd.grad(outputs, wanted, [u.clone() for u in upstreams], allow_unused=True)
     except Exception:  # noqa: BLE001 - a backward that raises when called again on its graph: named by the verdict as such
         return found
     names_wanted = [n for n, x in zip(names, leaves) if isinstance(x, Tensor) and x.requires_grad]
     for name, a, b in zip(names_wanted, first, second):
-        if a is not None and b is not None and not torch.equal(a, b.detach()):
-            found += _first_difference(a, b.detach(), "a second backward", name, "backward", name_element)
+        if a is not None and b is not None:
+            found += _first_difference(a, b.detach(), "a second backward", name, "backward")
     return found
 
 
 def _changed(before: Sequence[Any], after: Sequence[Any], names: Sequence[str], target: str, stage: str) -> list[Write]:
-    from .signature import name_element
-
     found = []
     for name, b, a in zip(names, before, after):
-        if isinstance(b, Tensor) and isinstance(a, Tensor) and not torch.equal(b, a.detach()):
-            found += _first_difference(b, a.detach(), target, name, stage, name_element)
+        if isinstance(b, Tensor) and isinstance(a, Tensor):
+            found += _first_difference(b.detach(), a.detach(), target, name, stage)
     return found
 
 
-def _first_difference(before: Tensor, after: Tensor, target: str, name: str, stage: str, name_element: Callable) -> list[Write]:
+def _first_difference(before: Tensor, after: Tensor, target: str, name: str, stage: str) -> list[Write]:
+    """The first element where ``after`` differs from ``before`` (NaN where both are NaN is no
+    difference), as a Write; none where they agree."""
     differs = (before != after) & ~(before.isnan() & after.isnan()) if before.is_floating_point() else before != after
-    flat = int(differs.reshape(-1).nonzero()[0, 0])
+    where = differs.reshape(-1).nonzero()
+    if not where.numel():
+        return []
+    flat = int(where[0, 0])
     return [Write(target, name, stage, name_element(name, tuple(before.shape), flat), float(before.reshape(-1)[flat]),
                   float(after.reshape(-1)[flat]))]

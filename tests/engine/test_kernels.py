@@ -83,3 +83,9 @@ def test_bfloat16_is_refused_for_a_kernel_under_the_interpreter_with_the_reason(
         check_gradients(SquareInFloat32.apply, (X,), reference=square, kernel=True, dtype=torch.bfloat16)
     report = check_gradients(SquareInFloat32.apply, (X,), reference=square, kernel=True)
     assert report.kernel.interpreted  # said beside the verdict: interpreter semantics
+
+
+def test_a_nan_in_the_inputs_is_no_write():
+    x = X.clone()
+    x[0, 0] = float("nan")
+    assert unseen_writes(SquareInFloat32.apply, (x,), ("x",)) == []
