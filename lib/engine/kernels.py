@@ -188,7 +188,6 @@ def unseen_writes(function: Callable[..., Any], inputs: Sequence[Any], names: Se
     saved for it), into grad_output, and a second backward on one graph that differs from the first."""
     found: list[Write] = []
     leaves = [x.detach().clone().requires_grad_(x.is_floating_point()) if isinstance(x, Tensor) else x for x in inputs]
-    as_given = [x.detach().clone() if isinstance(x, Tensor) else x for x in leaves]
     try:
         with torch.enable_grad():
             output = function(*leaves)
