@@ -46,14 +46,9 @@ class SquareHalfGradient(SquareInFloat32):
         return (x.float() * g.float()).to(x.dtype)
 
 
-class SquareWritingIntoSaved(torch.autograd.Function):
+class SquareWritingIntoSaved(SquareInFloat32):
     """Right maths; its backward writes the gradient into the saved input and returns it (after
     Liger-Kernel's SwiGLU, which reuses its inputs' memory for their gradients)."""
-
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return (x.float() * x.float()).to(x.dtype)
 
     @staticmethod
     def backward(ctx, g):
