@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from ..engine.kernels import NATIVE, Native, fresh_graphs, in_native, native_precision, refuse_interpreted
+from ..engine.kernels import NATIVE, Native, Write, fresh_graphs, in_native, native_precision, refuse_interpreted, unseen_writes
 from ..engine.pipeline import Problem, problem
 from ..errors import FormulaError
 from ..engine.signature import as_tuple, differentiable, differentiable_outputs, positional_apply
@@ -102,6 +102,12 @@ class Family:
         return native_precision(self.bind_as_given(formula, params), self.bind(None, params) if self.reference is not None else None,
                                 inputs)
 
+    def writes(self, formula: str, inputs: Sequence[Any], params: Mapping | None = None, native: Native | None = None) -> list[Write]:
+        """The writes a kernel makes that autograd cannot see (``kernels.unseen_writes``), run as it
+        runs: in its native precision, on tensors of that dtype (a cast copy would hide them)."""
+        cast = [x.to(NATIVE) if native is not None and isinstance(x, Tensor) and x.is_floating_point() else x for x in inputs]
+        return unseen_writes(self.bind_as_given(formula, params), cast, self.input_names)
+
     def _bound(self, function: Callable[..., Any] | None, whose: str, params: Mapping | None) -> Callable[..., Any]:
         merged = {**self.params, **(params or {})}
         if function is None:
@@ -135,10 +141,11 @@ class Family:
         if native is not None:  # run in its precision, on values it can hold: the truth sees the same ones
             function = in_native(function, NATIVE)
             inputs = [x.to(NATIVE).to(x.dtype) if isinstance(x, Tensor) and x.is_floating_point() else x for x in inputs]
+        writes = self.writes(formula, inputs, params, native) if self.kernel else ()
         return problem(formula, function, self.bind(None, params) if self.reference is not None else None, inputs,
                        self.input_names, self.loss, outputs=self.output_names, constants=self.constants,
                        structure_key=self.structure_key(params), surrogate=surrogate, batch_dims=self.batch_dims, kernel=self.kernel,
-                       native=native)
+                       native=native, writes=writes)
 
     def differentiates(self, index: int, value: Any) -> bool:
         """Whether input ``index`` (holding ``value``) is one the verdict differentiates."""

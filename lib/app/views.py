@@ -376,7 +376,7 @@ ANATOMY_ELEMENTS = 2**16  # per input: the anatomy runs the formula a few times,
 
 def anatomy(case: Case, formula: str, timed: bool = True):
     """The anatomy of ``formula`` on the case's inputs (``lib.contract.anatomy``), the reference beside it."""
-    from ..contract.anatomy import anatomy as anatomy_of
+    from ..contract.anatomy import anatomy as anatomy_of, unseen_writes_broken
 
     n = math.prod(case.shape)
     if n > ANATOMY_ELEMENTS:
@@ -386,9 +386,11 @@ def anatomy(case: Case, formula: str, timed: bool = True):
     budget.require(8 * case.input_bytes(), f"The anatomy of inputs of shape {case.shape}", "Choose a smaller shape.")
     problem = _problem(case, formula)
     owner = function_class(family.formula(formula).function)  # MyFunction.apply: the class, linted even if forward raises
-    if family.kernel:  # the kernel's own Function as it runs, not the fresh graph the verdict wraps it in
-        return anatomy_of(family.bind_as_given(formula, case.param_values()), _checked_inputs(case), family.input_names, None,
-                          timed=timed, owner=owner if isinstance(owner, type) else None)
+    if family.kernel:  # the kernel's own Function as it runs, not the fresh graph the verdict wraps it in, with its unseen writes
+        found = anatomy_of(family.bind_as_given(formula, case.param_values()), _checked_inputs(case), family.input_names, None,
+                           timed=timed, owner=owner if isinstance(owner, type) else None)
+        writes = unseen_writes_broken(problem.writes)
+        return replace(found, broken=[*found.broken, *writes]) if writes else found
     if problem.signature is None:  # its forward raised: the anatomy says where, on the inputs as given
         return anatomy_of(family.bind(formula, case.param_values()), _checked_inputs(case), family.input_names, None, timed=timed,
                           owner=owner)
@@ -399,19 +401,12 @@ def anatomy(case: Case, formula: str, timed: bool = True):
 def contract_problems(case: Case) -> dict[str, list]:
     """Per formula of the case, the rules of the Function contract it breaks (errors and
     warnings; notes left out): what the home page names in one line."""
-    from ..contract.anatomy import unseen_writes_broken
-    from ..engine.kernels import unseen_writes
-
     found = {}
-    family = case.get_family()
     # checked to first order only: a backward that cannot be differentiated again breaks nothing asked of it
     skipped = ("forward runs", "backward runs", *(("a differentiable backward",) if case.declared_order() == 1 else ()))
     for formula in _formulas(case):
         # a formula that raises is the verdict's to report; here only the contract's rules
         broken = [b for b in anatomy(case, formula, timed=False).errors() if b.rule not in skipped]
-        if family.kernel:  # the writes a kernel makes through pointers, which autograd cannot see
-            broken += unseen_writes_broken(unseen_writes(family.bind_as_given(formula, case.param_values()), _checked_inputs(case),
-                                                         family.input_names))
         if broken:
             found[formula] = broken
     return found

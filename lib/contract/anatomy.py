@@ -875,28 +875,11 @@ def anatomy(function: Callable, inputs: Sequence[Tensor], names: Sequence[str], 
 
 def unseen_writes_broken(writes: Sequence) -> list[Broken]:
     """A kernel's writes that autograd cannot see (``engine.kernels.unseen_writes``), as the rules they
-    break, each with its element: silently lossy for the caller (its tensors overwritten), so warnings."""
-    found = []
-    for w in writes:
-        if w.target == "input":
-            found.append(Broken("inputs are not written in place", "warning",
-                                f"forward writes into its input {w.name} ({w.element}: {w.before:.6g} before, {w.after:.6g} after) without "
-                                "ctx.mark_dirty: autograd cannot see the write, and the caller's tensor is overwritten"))
-        elif w.target == "saved tensor":
-            found.append(Broken("saved tensors are not written in place", "warning",
-                                f"backward writes into its input {w.name}, saved for backward ({w.element}: {w.before:.6g} before, "
-                                f"{w.after:.6g} after): autograd cannot see the write; the caller's tensor is overwritten, and a second "
-                                "backward through the same graph reads the overwritten values"))
-        elif w.target == "grad_output":
-            found.append(Broken("grad_output is not written in place", "warning",
-                                f"backward writes into grad_output ({w.element}: {w.before:.6g} before, {w.after:.6g} after): another "
-                                "consumer of the same gradient buffer reads the overwritten values"))
-        else:  # a second backward on the same graph
-            found.append(Broken("backward can run twice", "warning",
-                                f"a second backward through the same graph (retain_graph=True) gives another gradient for {w.name} "
-                                f"({w.element}: {w.before:.6g} the first time, {w.after:.6g} the second): the first backward changed what "
-                                "the second reads"))
-    return found
+    break, each with its element. Notes: worth knowing, never a wrong gradient (kernels such as
+    Liger-Kernel's write so by design, to save memory); the verdict's report names them too."""
+    rules = {"input": "inputs are not written in place", "saved tensor": "saved tensors are not written in place",
+             "grad_output": "grad_output is not written in place", "a second backward": "backward can run twice"}
+    return [Broken(rules[w.target], "note", w.describe()) for w in writes]
 
 
 def _wasted(function: Callable, inputs: Sequence[Tensor], names: Sequence[str]) -> list[Broken]:

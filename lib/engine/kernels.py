@@ -10,7 +10,11 @@ change for them:
   given, or refuses float64, runs in float32 and is judged with float32's tolerances against the
   float64 truth of its reference on the same values (``in_native``);
 - the writes autograd cannot see are found and named (``unseen_writes``): into an input, a saved
-  tensor or grad_output, and a second backward that differs from the first.
+  tensor or grad_output, and a second backward that differs from the first. They are facts of the
+  report (``Kernel.writes``), never a wrong gradient: many shipped kernels write so by design, to
+  save memory (Liger-Kernel's SwiGLU stores its gradients in its saved inputs, its RMSNorm in
+  grad_output, its cross entropy in the logits), and with a graph per backward call the gradients
+  they return are judged as they are.
 """
 
 from __future__ import annotations
@@ -138,12 +142,41 @@ def native_precision(function: Callable[..., Any], reference: Callable[..., Any]
 
 
 @dataclass(frozen=True)
+class Write:
+    """A write the kernel makes that autograd cannot see: into ``target`` ("input", "saved tensor",
+    "grad_output" or "a second backward"), by ``stage``, first at ``element`` (before → after)."""
+
+    target: str
+    name: str  # the input's name ("grad_output" for it)
+    stage: str  # "forward" or "backward"
+    element: str
+    before: float
+    after: float
+
+    def describe(self) -> str:
+        """The write in words, with its element and what it does to the caller."""
+        change = f"{self.element}: {self.before:.6g} before, {self.after:.6g} after"
+        if self.target == "input":
+            return (f"its forward writes into its input {self.name} ({change}) without ctx.mark_dirty: autograd cannot see the write, "
+                    "and the caller's tensor is overwritten")
+        if self.target == "saved tensor":
+            return (f"its backward writes into its input {self.name}, saved for backward ({change}): autograd cannot see the write; the "
+                    "caller's tensor is overwritten, and a second backward through the same graph reads the overwritten values")
+        if self.target == "grad_output":
+            return f"its backward writes into grad_output ({change}): another consumer of the same gradient buffer reads the overwritten values"
+        return (f"a second backward through the same graph (retain_graph=True) gives another gradient for {self.name} ({self.element}: "
+                f"{self.before:.6g} the first time, {self.after:.6g} the second): the first backward changed what the second reads")
+
+
+
+@dataclass(frozen=True)
 class Kernel:
-    """What a report says of a kernel: the precision it was judged in (None: float64, as given), and
-    whether it ran under Triton's interpreter."""
+    """What a report says of a kernel: the precision it was judged in (None: float64, as given),
+    whether it ran under Triton's interpreter, and the writes autograd cannot see that it makes."""
 
     native: Native | None
     interpreted: bool
+    writes: tuple[Write, ...] = ()
 
 
 def interpreted() -> bool:
@@ -168,20 +201,6 @@ def refuse_interpreted(inputs: Sequence[Any]) -> None:
 
 
 # ---- writes that autograd cannot see ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Write:
-    """A write the kernel makes that autograd cannot see: into ``target`` ("input", "saved tensor",
-    "grad_output" or "a second backward"), by ``stage``, first at ``element`` (before → after)."""
-
-    target: str
-    name: str  # the input's name ("grad_output" for it)
-    stage: str  # "forward" or "backward"
-    element: str
-    before: float
-    after: float
-
 
 def unseen_writes(function: Callable[..., Any], inputs: Sequence[Any], names: Sequence[str]) -> list[Write]:
     """Every write of ``function``'s into its inputs (in forward, or in backward where an input is

@@ -27,7 +27,7 @@ from .precision import is_low, judge_values, upcast
 from .report import PAIRS, Failure, GradientReport, InputComparison, Verdict, error_map, non_finite
 from .signature import Signature, read_signature
 from .at_scale import DrawnRaised, at_scale, check_at_scale, sampled_plans
-from .kernels import Kernel, Native, interpreted
+from .kernels import Kernel, Native, Write, interpreted
 from .stages import STAGES, FirstOrder
 from .tolerances import Tolerances, default_tolerances
 from ..errors import FormulaError, LabError
@@ -218,6 +218,7 @@ class Problem:
     batch_dims: tuple[int | None, ...] | None = None  # per given input, its batch dim (None: kept whole); None: inferred
     kernel: bool = False  # a fused kernel: a graph of its own per backward call (``kernels``)
     native: Native | None = None  # a kernel run in its native precision (``kernels``): judged with that dtype's tolerances
+    writes: tuple[Write, ...] = ()  # the writes a kernel makes that autograd cannot see (``kernels.unseen_writes``): named, not judged
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -232,7 +233,7 @@ def problem(formula: str, function: Callable[..., Any], reference: Callable[...,
             names: Sequence[str], loss: Callable[..., Tensor], *, outputs: Sequence[str] = (), constants: Sequence[str] = (),
             structure_key: Hashable = None, surrogate: Callable[..., Any] | None = None,
             batch_dims: tuple[int | None, ...] | None = None, signature: Signature | None = None, kernel: bool = False,
-            native: Native | None = None) -> Problem:
+            native: Native | None = None, writes: Sequence[Write] = ()) -> Problem:
     """The canonical form of ``function`` (and ``reference``) on ``inputs``: integer, boolean and
     declared-constant inputs held as they are, the differentiable outputs packed, ``loss`` taking
     the differentiable outputs. A forward that raises is kept as the problem's failure.
@@ -247,7 +248,7 @@ def problem(formula: str, function: Callable[..., Any], reference: Callable[...,
         same = formula is None and reference is None and kept is not None and _kinds(given) == _kinds(inputs)
         return problem(formula_name, wrap(formula, function), wrap(reference, given_reference), given, names, loss, outputs=outputs,
                        constants=constants, surrogate=wrap(reference, surrogate), batch_dims=batch_dims, signature=kept if same else None,
-                       kernel=kernel, native=native)
+                       kernel=kernel, native=native, writes=writes)
 
     formula_name, given_reference = formula, reference
     inputs = tuple(x.detach() if isinstance(x, Tensor) else x for x in inputs)
@@ -260,11 +261,12 @@ def problem(formula: str, function: Callable[..., Any], reference: Callable[...,
         except Exception as error:  # noqa: BLE001 - the code under test may be broken; the last to raise is named
             failure = Failure.of("reference" if reference is not None else "forward", error)
             return Problem(formula, None, None, (), None, lambda y: y.sum(), structure_key, failure, role, inputs, remake,
-                           given_truth=reference, batch_dims=batch_dims, kernel=kernel, native=native)
+                           given_truth=reference, batch_dims=batch_dims, kernel=kernel, native=native,
+                           writes=tuple(writes))
     canonical = lambda f: signature.canonical(f, inputs) if f is not None else None  # noqa: E731
     return Problem(formula, canonical(function), canonical(reference), signature.split(inputs), signature,
                    lambda y: loss(*signature.unpack(y)), structure_key, role=role, given=inputs, remake=remake, given_truth=reference,
-                   batch_dims=batch_dims, kernel=kernel, native=native)
+                   batch_dims=batch_dims, kernel=kernel, native=native, writes=tuple(writes))
 
 
 def _kinds(given: Sequence[Any]) -> tuple:
@@ -624,7 +626,7 @@ def _report(first: FirstOrder, verdict: Verdict, diagnosis, results: dict, famil
         diagnosis=diagnosis,
         signature=first.checked.signature,
         stages=results,
-        kernel=Kernel(problem.native, interpreted()) if problem.kernel else None,
+        kernel=Kernel(problem.native, interpreted(), problem.writes) if problem.kernel else None,
     )
 
 

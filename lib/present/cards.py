@@ -269,7 +269,8 @@ INTERPRETER_SEMANTICS = ("under Triton's interpreter (TRITON_INTERPRET=1): inter
 
 def kernel_line(report: GradientReport) -> str | None:
     """How a fused kernel was run (``engine.kernels``): a graph of its own per backward call, its
-    native precision and why, Triton's interpreter; None for other formulas."""
+    native precision and why, Triton's interpreter, and the writes it makes that autograd cannot see
+    (named, never a wrong gradient); None for other formulas."""
     kernel = report.kernel
     if kernel is None:
         return None
@@ -281,6 +282,7 @@ def kernel_line(report: GradientReport) -> str | None:
         words.append(f"judged in {native.dtype}, its native precision, against the float64 truth on the same values: {why}")
     if kernel.interpreted:
         words.append(INTERPRETER_SEMANTICS)
+    words += [w.describe() for w in kernel.writes]
     return "; ".join(words)
 
 

@@ -304,7 +304,7 @@ def _coverage(report: GradientReport) -> dict | None:
 
 
 def _kernel(report) -> dict | None:
-    """A fused kernel's facts (``engine.kernels``): its native precision and why, Triton's interpreter."""
+    """A fused kernel's facts (``engine.kernels``): its native precision and why, Triton's interpreter, its unseen writes."""
     kernel = report.kernel
     if kernel is None:
         return None
@@ -312,4 +312,6 @@ def _kernel(report) -> dict | None:
     return {"fresh_graph_per_backward": True, "interpreted": kernel.interpreted,
             "native": None if native is None else {"dtype": native.dtype, "raised_in": native.stage or None, "raised": native.kind or None,
                                                    "message": native.message or None,
-                                                   "float64_output_error": None if native.stage else native.error}}
+                                                   "float64_output_error": None if native.stage else native.error},
+            "writes": [{"into": w.target, "input": w.name, "stage": w.stage, "element": w.element, "before": w.before, "after": w.after,
+                        "in words": w.describe()} for w in kernel.writes]}

@@ -151,3 +151,23 @@ def test_the_first_verdict_shown_early_is_kept_for_the_whole_report(monkeypatch)
     # kept once: asked again (a cache that was cleared), the report is made from scratch, the same
     again = views.gradient_report(case, "corrected")
     assert len(calls) == kept + 1 and again.verdict.coverage == whole.verdict.coverage
+
+
+def test_a_kernels_writes_are_named_in_its_report_card_and_anatomy_and_break_no_rule_that_fails_it():
+    from gradient_lab import declare
+    from gradient_lab.present.cards import kernel_line
+    from tests.registry import families_kept
+    from tests.specimens.kernels import SquareInFloat32, SquareWritingIntoSaved, square
+
+    with families_kept():
+        declare("kernel writer", {"writer": SquareWritingIntoSaved, "clean": SquareInFloat32}, reference=square, kernel=True)
+        case = Case(family="kernel writer", formulas=("writer", "clean"), shape=(3, 4))
+        report = views.gradient_report(case, "writer")
+        assert report.verdict.passed  # its gradient is right
+        (saved, twice) = report.kernel.writes
+        assert (saved.target, twice.target) == ("saved tensor", "a second backward")
+        assert saved.element in kernel_line(report)  # the card's words come from the same write
+        notes = {b.rule: b for b in views.anatomy(case, "writer", timed=False).broken if b.severity == "note"}
+        assert saved.element in notes["saved tensors are not written in place"].message and "backward can run twice" in notes
+        assert views.contract_problems(case) == {}  # named, never a broken rule that fails the check
+        assert views.gradient_report(case, "clean").kernel.writes == ()

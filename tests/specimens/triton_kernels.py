@@ -420,7 +420,7 @@ declare(
     {"right": SwiGLU, "in place": SwiGLUInPlace},
     reference=swiglu_reference,
     inputs=("a", "b"),
-    correct=("right",),
+    correct=("right", "in place"),  # as Liger-Kernel's: a right gradient, its writes named as the kernel's facts
     loss=weighted_sum,
     order=1,
     kernel=True,
