@@ -24,6 +24,7 @@ import torch
 import torch.utils.benchmark as benchmark
 
 from ..engine.signature import function_class
+from ..engine.kernels import describe_writes
 
 Tensor = torch.Tensor
 SEVERITIES = ("error", "warning", "note")  # error: wrong or rejected; warning: silently lossy; note: worth knowing
@@ -879,7 +880,7 @@ def unseen_writes_broken(writes: Sequence) -> list[Broken]:
     Liger-Kernel's write so by design, to save memory); the verdict's report names them too."""
     rules = {"input": "inputs are not written in place", "saved tensor": "saved tensors are not written in place",
              "grad_output": "grad_output is not written in place", "a second backward": "backward can run twice"}
-    return [Broken(rules[w.target], "note", w.describe()) for w in writes]
+    return [Broken(rules[target], "note", sentence) for target, sentence in describe_writes(writes)]
 
 
 def _wasted(function: Callable, inputs: Sequence[Tensor], names: Sequence[str]) -> list[Broken]:

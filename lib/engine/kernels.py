@@ -153,20 +153,35 @@ class Write:
     before: float
     after: float
 
-    def describe(self) -> str:
-        """The write in words, with its element and what it does to the caller."""
-        change = f"{self.element}: {self.before:.6g} before, {self.after:.6g} after"
-        if self.target == "input":
-            return (f"its forward writes into its input {self.name} ({change}) without ctx.mark_dirty: autograd cannot see the write, "
-                    "and the caller's tensor is overwritten")
-        if self.target == "saved tensor":
-            return (f"its backward writes into its input {self.name}, saved for backward ({change}): autograd cannot see the write; the "
-                    "caller's tensor is overwritten, and a second backward through the same graph reads the overwritten values")
-        if self.target == "grad_output":
-            return f"its backward writes into grad_output ({change}): another consumer of the same gradient buffer reads the overwritten values"
-        return (f"a second backward through the same graph (retain_graph=True) gives another gradient for {self.name} ({self.element}: "
-                f"{self.before:.6g} the first time, {self.after:.6g} the second): the first backward changed what the second reads")
 
+def describe_writes(writes: Sequence[Write]) -> list[tuple[str, str]]:
+    """(target, sentence) per kind of write, in the order found: the inputs a kernel wrote into of one
+    kind in one sentence, each with its first element changed and what the write does to the caller."""
+    grouped: dict[str, list[Write]] = {}
+    for w in writes:
+        grouped.setdefault(w.target, []).append(w)
+    return [(target, _sentence(target, group)) for target, group in grouped.items()]
+
+
+def _sentence(target: str, group: Sequence[Write]) -> str:
+    names = _and([w.name for w in group])
+    inputs, tensors = ("its input", "tensor is") if len(group) == 1 else ("its inputs", "tensors are")
+    where = "; ".join(f"{w.element}: {w.before:.6g} {'the first time' if target == 'a second backward' else 'before'}, "
+                      f"{w.after:.6g} {'the second' if target == 'a second backward' else 'after'}" for w in group)
+    if target == "input":
+        return (f"its forward writes into {inputs} {names} ({where}) without ctx.mark_dirty: autograd cannot see the write, and the "
+                f"caller's {tensors} overwritten")
+    if target == "saved tensor":
+        return (f"its backward writes into {inputs} {names}, saved for backward ({where}): autograd cannot see the write; the caller's "
+                f"{tensors} overwritten, and a second backward through the same graph reads the overwritten values")
+    if target == "grad_output":
+        return f"its backward writes into grad_output ({where}): another consumer of the same gradient buffer reads the overwritten values"
+    return (f"a second backward through the same graph (retain_graph=True) gives another gradient for {names} ({where}): the first "
+            "backward changed what the second reads")
+
+
+def _and(names: Sequence[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..engine.finding import TRUTH_WORDS, tolerances_text
 from ..engine.report import Determinism, GradientReport, Precision, times
+from ..engine.kernels import describe_writes
 
 if TYPE_CHECKING:
     from ..engine.report import Parity
@@ -282,7 +283,7 @@ def kernel_line(report: GradientReport) -> str | None:
         words.append(f"judged in {native.dtype}, its native precision, against the float64 truth on the same values: {why}")
     if kernel.interpreted:
         words.append(INTERPRETER_SEMANTICS)
-    words += [w.describe() for w in kernel.writes]
+    words += [sentence for _, sentence in describe_writes(kernel.writes)]
     return "; ".join(words)
 
 

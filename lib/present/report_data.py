@@ -13,6 +13,7 @@ import numpy as np
 
 from ..engine.report import PAIRS, SOURCES, GradientReport, InputComparison, error_map
 from ..engine.precision import ULP_EDGES
+from ..engine.kernels import describe_writes
 from .cards import OWN_LINES
 
 # Heatmaps build one hover label per element: above this many, only a leading block is drawn.
@@ -313,5 +314,6 @@ def _kernel(report) -> dict | None:
             "native": None if native is None else {"dtype": native.dtype, "raised_in": native.stage or None, "raised": native.kind or None,
                                                    "message": native.message or None,
                                                    "float64_output_error": None if native.stage else native.error},
-            "writes": [{"into": w.target, "input": w.name, "stage": w.stage, "element": w.element, "before": w.before, "after": w.after,
-                        "in words": w.describe()} for w in kernel.writes]}
+            "writes": [{"into": w.target, "input": w.name, "stage": w.stage, "element": w.element, "before": w.before, "after": w.after}
+                       for w in kernel.writes],
+            "writes in words": [sentence for _, sentence in describe_writes(kernel.writes)]}

@@ -450,3 +450,29 @@ def test_a_backward_wrong_past_a_tile_fails_at_the_sizes_next_to_the_case_and_na
     right = check_gradients(lambda x: x * x * 1.0, (x,), reference=lambda x: x * x, order=1)
     assert {r.name: r.outcome for r in right.conditions.results if r.group == "size"} == {
         "the batch is empty": "pass", "the batch has one row": "pass", "the batch has 7 rows": "pass", "the batch has 9 rows": "pass"}
+
+
+class _MeanSquareEmptyRaises(torch.autograd.Function):
+    """mean(x²) whose backward takes a max over the input (as Liger-Kernel's cross entropy's does),
+    which raises on an empty batch."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return (x * x).mean()
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        x.abs().max()  # raises on an empty x
+        return 2 * x * g / x.numel()
+
+
+def test_a_backward_that_raises_on_an_empty_batch_fails_unless_the_truth_is_undefined_there():
+    x = torch.randn(4, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    empty = lambda report: next(r for r in report.conditions.results if r.name == "the batch is empty")  # noqa: E731
+    mean = empty(check_gradients(_MeanSquareEmptyRaises.apply, (x,), reference=lambda x: (x * x).mean(), training=0))
+    assert mean.outcome == "not applicable" and "not finite there" in mean.finding  # a mean over no rows is NaN: nothing asked
+    total = empty(check_gradients(lambda x: _MeanSquareEmptyRaises.apply(x) * x.numel(), (x,), reference=lambda x: (x * x).sum(),
+                                  training=0))
+    assert total.outcome == "fail" and total.failure.kind == "RuntimeError"  # a sum over no rows is 0: its gradient is asked
