@@ -98,6 +98,9 @@ class FormulaResult:
             return ""
         failure = self.report.failure if self.report is not None else None
         precision = self.report.precision if self.report is not None else None
+        condition = self.report.verdict.condition if self.report is not None else ""
+        if not self.diagnosis and condition:  # right as gradcheck calls it, wrong as real code does (the assertion's words)
+            return f"it fails only when {condition}"
         if not self.diagnosis and not failure and precision is not None and not precision.passed:
             return precision.finding()
         return self.diagnosis or (f"the formula raised: {failure}" if failure else "the check could not run: " + self.summary
@@ -141,7 +144,7 @@ class FormulaResult:
         pages' download uses (``lib.present.report_data.summary``)."""
         return {
             "family": self.family, "formula": self.formula, "declared": "correct" if self.correct else "buggy",
-            "status": self.status, "seconds": round(self.seconds, 3),
+            "status": self.status, "why": self.why or None, "seconds": round(self.seconds, 3),
             "refused": self.summary if self.report is None else None,  # why no report could be made
             "report": summary(self.report, self.case) if self.report is not None else None,
             "conformance_note": self.conformance_note,

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import importlib.abc
 import linecache
 import math
 import os
@@ -51,7 +52,7 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["INTERPRETER_SEMANTICS", "check_dtype", "interpret", "interpreting"]
+__all__ = ["INTERPRETER_SEMANTICS", "check_dtype", "interpret", "interpret_when_imported", "interpreting"]
 
 INTERPRETER_SEMANTICS = (
     "checked under Triton's interpreter (CPU, numpy): interpreter semantics, so no data races, tf32 rounding "
@@ -122,6 +123,56 @@ def interpret() -> tuple[str, ...]:
                               f"its gap stays (checked against {_CHECKED})", RuntimeWarning, stacklevel=2)
         _applied = tuple(applied)
     return _applied
+
+
+def interpret_when_imported() -> None:
+    """Apply :func:`interpret` at the moment triton is first imported, where ``TRITON_INTERPRET`` is
+    on then: a module of kernels that sets it itself (``os.environ.setdefault("TRITON_INTERPRET",
+    "1")``) before it imports triton and its kernels (Liger-Kernel's as shipped) gets the workarounds
+    too, before its kernels bind the libdevice stubs. Nothing where triton is imported already, or
+    is not installed; the hook removes itself at the first import of triton."""
+    import importlib.util
+
+    if "triton" in sys.modules or any(isinstance(f, _InterpretOnImport) for f in sys.meta_path):
+        return
+    if importlib.util.find_spec("triton") is None:
+        return
+    sys.meta_path.insert(0, _InterpretOnImport())
+
+
+class _InterpretOnImport:
+    """A meta path finder for ``triton`` alone: with the interpreter on, triton is imported as ever
+    and :func:`interpret` runs as soon as it is (the module's own loader, wrapped)."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        from importlib.machinery import PathFinder
+
+        if name != "triton":
+            return None
+        sys.meta_path.remove(self)  # once: every later import is triton's own
+        if os.environ.get("TRITON_INTERPRET", "").strip().lower() not in _TRUE:
+            return None
+        spec = PathFinder.find_spec(name, path)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _ThenInterpret(spec.loader)
+        return spec
+
+
+class _ThenInterpret(importlib.abc.Loader):
+    """Triton's own loader, then :func:`interpret` on the module it made."""
+
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+
+    def create_module(self, spec: Any) -> Any:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self.loader.exec_module(module)
+        interpret()
+
+    def __getattr__(self, name: str) -> Any:  # get_resource_reader, is_package, …: triton's loader's
+        return getattr(self.loader, name)
 
 
 def interpreting() -> bool:

@@ -312,3 +312,14 @@ def test_kernels_pass_in_their_native_precision_and_their_writes_are_named_as_su
     assert not any(r["contract"] for r in results.values())  # named as the kernel's facts, not a broken rule that fails the check
     assert results["half gradient"]["report"]["diagnosis"][0]["kind"] == "factor"
     assert not any("a differentiable backward" in c for r in results.values() for c in r["contract"])  # first order only
+
+
+def test_a_formula_wrong_only_under_a_condition_says_so_as_its_why(capsys):
+    module = Path(__file__).parent / "specimens" / "modules" / "condition_bugs.py"
+    assert cli.main(["check", str(module), "--format", "json"]) == 0  # declared buggy, and caught
+    results = {r["formula"]: r for r in json.loads(capsys.readouterr().out)["formulas"]}
+    for formula in ("gated", "strided"):
+        assert results[formula]["status"] == "caught" and results[formula]["report"]["failed condition"]
+        condition = results[formula]["report"]["failed condition"]
+        assert results[formula]["why"] == f"it fails only when {condition}"
+    assert results["right"]["why"] is None

@@ -240,3 +240,46 @@ def test_without_triton_interpret_names_the_extra_and_leaves_the_environment(mon
     with pytest.raises(ImportError, match=r"pip install 'gradient-lab\[triton\]'"):
         gl_triton.interpret()
     assert os.environ.get("TRITON_INTERPRET") == before
+
+
+KERNELS_MODULE = r'''
+import os
+os.environ.setdefault("TRITON_INTERPRET", "1")  # the module turns the interpreter on itself, as shipped kernels' tests do
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra.libdevice import tanh  # bound at import, as Liger-Kernel binds rsqrt and tanh
+
+from gradient_lab import declare
+
+
+@triton.jit
+def tanh_kernel(X, Y, n, BLOCK: tl.constexpr):
+    i = tl.arange(0, BLOCK)
+    tl.store(Y + i, tanh(tl.load(X + i, mask=i < n, other=0.0)), mask=i < n)
+
+
+def run(x):
+    y = torch.empty_like(x)
+    tanh_kernel[(1,)](x, y, x.numel(), BLOCK=triton.next_power_of_2(x.numel()))
+    return y
+
+
+declare("tanh kernel", {"kernel": run}, reference=torch.tanh, kernel=True)
+'''
+
+LOADS = r'''
+import json, sys, torch
+from gradient_lab.app import plugins
+result = plugins.load("kernels_module.py")
+module = next(m for name, m in sys.modules.items() if name.startswith("gradient_lab_user_kernels_module"))
+x = torch.linspace(-2, 2, 7)
+print(json.dumps({"error": result.error, "families": result.families, "max_error": float((module.run(x) - torch.tanh(x)).abs().max())}))
+'''
+
+
+def test_a_module_that_turns_the_interpreter_on_itself_is_loaded_with_the_workarounds(tmp_path):
+    (tmp_path / "kernels_module.py").write_text(KERNELS_MODULE)
+    result = json.loads(_run(tmp_path, "loads", LOADS))
+    assert result["error"] is None and result["families"] == ["tanh kernel"]
+    assert result["max_error"] < 1e-6  # the libdevice stub it bound at import computes (the empty stub returns None)

@@ -89,11 +89,24 @@ def source_digest(source: str) -> str:
         return ""
 
 
+def _interpreter_made_usable() -> None:
+    """Under Triton's interpreter (``TRITON_INTERPRET=1``, set in the environment or by the module
+    before it imports triton), its gaps patched for checking (``gradient_lab.triton.interpret``): a
+    module of kernels as shipped (Liger-Kernel's) is checked as any other. Nothing without Triton."""
+    from ..triton import interpret, interpret_when_imported, interpreting
+
+    if interpreting() and importlib.util.find_spec("triton") is not None:
+        interpret()
+    else:
+        interpret_when_imported()
+
+
 def load(source: str) -> LoadResult:
     """Import one source and report the families it declared; never raises."""
     digest = source_digest(source)
     before = {name: id(f) for name, f in families().items()}
     try:
+        _interpreter_made_usable()
         module = _import(source)
     except BaseException as error:  # noqa: BLE001 - a user's module may raise anything, SystemExit included
         frame = traceback.extract_tb(error.__traceback__)[-1] if error.__traceback__ else None
