@@ -1,0 +1,81 @@
+"""Liger-Kernel's Functions as shipped (requirements-dev.txt pins liger-kernel), checked as kernels
+under Triton's interpreter: each right one passes in its native precision, the writes each makes
+into its inputs, saved tensors or grad_output by design are named with their element, and the one
+true bug found (its cross entropy's gradient on logits that are not row-major; the class of bug
+fixed in TransformerEngine's cross_entropy_forward, NVIDIA/TransformerEngine#2734) is named as the
+layout it needs."""
+
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # as tests/specimens/triton_kernels.py: before triton is imported
+pytest.importorskip("triton")
+from gradient_lab import triton as gl_triton  # noqa: E402
+
+try:
+    gl_triton.interpret()  # before Liger's kernels bind libdevice's rsqrt and tanh
+except RuntimeError as error:  # triton imported without the interpreter earlier in this process
+    pytest.skip(str(error), allow_module_level=True)
+liger = pytest.importorskip("liger_kernel.ops")
+
+from liger_kernel.ops.cross_entropy import LigerCrossEntropyFunction  # noqa: E402
+from liger_kernel.ops.geglu import LigerGELUMulFunction  # noqa: E402
+from liger_kernel.ops.layer_norm import LigerLayerNormFunction  # noqa: E402
+from liger_kernel.ops.rms_norm import LigerRMSNormFunction  # noqa: E402
+from liger_kernel.ops.swiglu import LigerSiLUMulFunction  # noqa: E402
+
+from gradient_lab.testing import check_gradients  # noqa: E402
+
+FAST = dict(kernel=True, conditions="none", training=0)
+_generator = torch.Generator().manual_seed(0)
+A, B = (torch.randn(4, 8, generator=_generator, dtype=torch.float64) for _ in range(2))
+W = 1 + 0.1 * torch.randn(8, generator=_generator, dtype=torch.float64)
+BIAS = 0.1 * torch.randn(8, generator=_generator, dtype=torch.float64)
+TARGET = torch.randint(0, 8, (4,), generator=_generator)
+
+
+def _writes(report) -> set[tuple[str, str]]:
+    return {(w.target, w.name) for w in report.kernel.writes}
+
+
+@pytest.mark.parametrize("function, reference", [
+    (LigerSiLUMulFunction.apply, lambda a, b: F.silu(a) * b),
+    (LigerGELUMulFunction.apply, lambda a, b: F.gelu(a, approximate="tanh") * b),  # libdevice's tanh, under the interpreter
+])
+def test_gated_units_pass_and_their_gradients_written_into_the_saved_inputs_are_named(function, reference):
+    report = check_gradients(function, (A, B), reference=reference, **FAST)
+    assert report.verdict.passed, report.verdict.summary
+    assert report.kernel.native.dtype == "float32" and report.kernel.interpreted  # float32 inside: judged as such
+    assert {("saved tensor", "x1"), ("saved tensor", "x2")} <= _writes(report)  # da, db stored where a, b were
+
+
+def test_rmsnorm_refuses_float64_in_backward_passes_in_float32_and_its_write_into_grad_output_is_named():
+    report = check_gradients(lambda x, w: LigerRMSNormFunction.apply(x, w, 1e-6), (A, W),
+                             reference=lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w, **FAST)
+    assert report.verdict.passed, report.verdict.summary
+    assert (report.kernel.native.stage, report.kernel.native.kind) == ("backward", "KeyError")
+    assert ("grad_output", "grad_output") in _writes(report)  # in_place=True, its default: dX stored in dY
+
+
+def test_layernorm_passes_with_no_write():
+    report = check_gradients(lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, 1e-6), (A, W, BIAS),
+                             reference=lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b, 1e-6), **FAST)
+    assert report.verdict.passed and report.kernel.writes == ()
+
+
+def test_cross_entropy_passes_on_row_major_logits_and_fails_on_transposed_ones_by_its_layout():
+    def liger(x, t):
+        return LigerCrossEntropyFunction.apply(x, t, None, -100, 0.0, 0.0, "mean")[0]
+
+    plain = check_gradients(liger, (A, TARGET), reference=F.cross_entropy, **FAST)
+    assert plain.verdict.passed and {("input", "x1"), ("saved tensor", "x1")} <= _writes(plain)  # the gradient in the logits
+    # the conditions pass the same values transposed (column-major) and find it; here checked on them directly
+    transposed = A.T.contiguous().T
+    report = check_gradients(liger, (transposed, TARGET), reference=F.cross_entropy, **FAST)
+    assert not report.verdict.passed and report.verdict.found.input == "x1"
+    x = transposed.clone().requires_grad_()
+    liger(x, TARGET).backward()
+    assert not torch.allclose(x.grad, torch.func.grad(F.cross_entropy)(transposed, TARGET), atol=1e-3)  # the bug, plainly
