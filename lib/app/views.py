@@ -386,24 +386,38 @@ def anatomy(case: Case, formula: str, timed: bool = True):
     budget.require(8 * case.input_bytes(), f"The anatomy of inputs of shape {case.shape}", "Choose a smaller shape.")
     problem = _problem(case, formula)
     owner = function_class(family.formula(formula).function)  # MyFunction.apply: the class, linted even if forward raises
-    if family.kernel:  # the kernel's own Function as it runs, not the fresh graph the verdict wraps it in, with its unseen writes
+    if family.kernel:  # the kernel's own Function as it runs, not the fresh graph the verdict wraps it in
         found = anatomy_of(family.bind_as_given(formula, case.param_values()), _checked_inputs(case), family.input_names, None,
                            timed=timed, owner=owner if isinstance(owner, type) else None)
-        writes = unseen_writes_broken(problem.writes)
-        return replace(found, broken=[*found.broken, *writes]) if writes else found
-    if problem.signature is None:  # its forward raised: the anatomy says where, on the inputs as given
-        return anatomy_of(family.bind(formula, case.param_values()), _checked_inputs(case), family.input_names, None, timed=timed,
-                          owner=owner)
-    return anatomy_of(problem.function, problem.inputs, problem.names, problem.reference, timed=timed,
-                      owner=owner if isinstance(owner, type) else None)
+    elif problem.signature is None:  # its forward raised: the anatomy says where, on the inputs as given
+        found = anatomy_of(family.bind(formula, case.param_values()), _checked_inputs(case), family.input_names, None, timed=timed,
+                           owner=owner)
+    else:
+        found = anatomy_of(problem.function, problem.inputs, problem.names, problem.reference, timed=timed,
+                           owner=owner if isinstance(owner, type) else None)
+    return _as_asked(found, case.declared_order(), unseen_writes_broken(problem.writes))
+
+
+def _as_asked(found, order: int | None, writes: list):
+    """The anatomy's rules as the case asks them: checked to first order only (``order=1``), a
+    backward that cannot be differentiated again breaks nothing asked of it, so it is a note; a
+    kernel's writes that autograd cannot see are notes beside them (``Problem.writes``)."""
+    from ..contract.anatomy import SEVERITIES
+
+    def asked(b):
+        if order == 1 and b.rule == "a differentiable backward" and b.severity != "note":
+            return replace(b, severity="note", message=f"{b.message}; not asked of it: declared differentiable once (order=1)")
+        return b
+
+    broken = sorted([*map(asked, found.broken), *writes], key=lambda b: SEVERITIES.index(b.severity))
+    return replace(found, broken=broken)
 
 
 def contract_problems(case: Case) -> dict[str, list]:
     """Per formula of the case, the rules of the Function contract it breaks (errors and
     warnings; notes left out): what the home page names in one line."""
     found = {}
-    # checked to first order only: a backward that cannot be differentiated again breaks nothing asked of it
-    skipped = ("forward runs", "backward runs", *(("a differentiable backward",) if case.declared_order() == 1 else ()))
+    skipped = ("forward runs", "backward runs")
     for formula in _formulas(case):
         # a formula that raises is the verdict's to report; here only the contract's rules
         broken = [b for b in anatomy(case, formula, timed=False).errors() if b.rule not in skipped]

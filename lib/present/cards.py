@@ -259,7 +259,7 @@ def stage_lines(report: GradientReport, skip: tuple[str, ...] = OWN_LINES, short
     (``skip``): every stage's result has an ``outcome`` and a ``describe()``, and may have a
     shorter ``line()`` for a card (``short``); a kernel's line (how it was run) first."""
     said = lambda result: (getattr(result, "line", None) if short else None) or result.describe  # noqa: E731
-    kernel = kernel_line(report)
+    kernel = kernel_line(report, short=short)
     return (*((("kernel", kernel),) if kernel else ()),
             *((result.outcome, _capital(said(result)())) for name, result in report.stages.items() if name not in skip))
 
@@ -268,15 +268,21 @@ INTERPRETER_SEMANTICS = ("under Triton's interpreter (TRITON_INTERPRET=1): inter
                          "maths are checked, not races, tf32 or GPU memory layouts")
 
 
-def kernel_line(report: GradientReport) -> str | None:
+def kernel_line(report: GradientReport, short: bool = False) -> str | None:
     """How a fused kernel was run (``engine.kernels``): a graph of its own per backward call, its
     native precision and why, Triton's interpreter, and the writes it makes that autograd cannot see
-    (named, never a wrong gradient); None for other formulas."""
+    (named, never a wrong gradient); None for other formulas. ``short``: a card's few words, the
+    whole of it in the details."""
     kernel = report.kernel
     if kernel is None:
         return None
-    words = ["A kernel: each backward call had a fresh forward on fresh copies of the inputs"]
     native = kernel.native
+    if short:
+        words = "A kernel" + (f", judged in {native.dtype}, its native precision" if native is not None else "")
+        words += " under Triton's interpreter" if kernel.interpreted else ""
+        writes = [_WRITES_SHORT[target](names) for target, names in _written(kernel.writes)]
+        return words + (f". Writes autograd cannot see: {'; '.join(writes)}" if writes else "")
+    words = ["A kernel: each backward call had a fresh forward on fresh copies of the inputs"]
     if native is not None:
         why = (f"its float64 run raises in {native.stage} ({native.kind}: {native.message})" if native.stage else
                f"its float64 output is {native.error:.1e} (relative) from the reference's, {native.dtype}'s rounding")
@@ -285,6 +291,20 @@ def kernel_line(report: GradientReport) -> str | None:
         words.append(INTERPRETER_SEMANTICS)
     words += [sentence for _, sentence in describe_writes(kernel.writes)]
     return "; ".join(words)
+
+
+_WRITES_SHORT = {"input": lambda names: f"into {names} in forward",
+                 "saved tensor": lambda names: f"into {names} in backward, saved for it",
+                 "grad_output": lambda names: "into grad_output in backward", "a second backward": lambda names: "a second backward differs"}
+
+
+def _written(writes) -> list[tuple[str, str]]:
+    """(target, the inputs written into, "a and b") per kind of write, in the order found."""
+    names: dict[str, list[str]] = {}
+    for w in writes:
+        names.setdefault(w.target, []).append(w.name)
+    plural = lambda found: ("its input " if len(found) == 1 else "its inputs ") + " and ".join(found)  # noqa: E731
+    return [(target, plural(list(dict.fromkeys(found)))) for target, found in names.items()]
 
 
 def pending_line(report: GradientReport) -> str:

@@ -171,3 +171,17 @@ def test_a_kernels_writes_are_named_in_its_report_card_and_anatomy_and_break_no_
         assert saved.element in notes["saved tensors are not written in place"].message and "backward can run twice" in notes
         assert views.contract_problems(case) == {}  # named, never a broken rule that fails the check
         assert views.gradient_report(case, "clean").kernel.writes == ()
+
+
+@pytest.mark.parametrize("order, severity", [(1, "note"), (2, "error")])
+def test_a_backward_that_cannot_be_differentiated_again_breaks_no_rule_asked_where_first_order_is_declared(order, severity):
+    from gradient_lab import declare
+    from tests.registry import families_kept
+    from tests.specimens.contracts import Detached
+
+    with families_kept():
+        declare("detached product", {"detached": Detached}, reference=lambda x, y: x * y, inputs=("x", "y"), order=order)
+        case = Case(family="detached product", formulas=("detached",), shape=(3, 4))
+        (rule,) = [b for b in views.anatomy(case, "detached", timed=False).broken if b.rule == "a differentiable backward"]
+        assert rule.severity == severity  # the Anatomy page's banner and the command line's contract line agree
+        assert bool(views.contract_problems(case)) is (order == 2)

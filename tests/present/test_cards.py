@@ -141,3 +141,15 @@ def test_a_card_shown_before_its_stages_ran_says_which_are_still_running_and_the
     assert early.pending == "Checking second order, conditions and does it train…" and whole.pending == ""
     assert early.headline == whole.headline and early.outcome == whole.outcome == "fail"
     assert card(replace(first_report(first_order(problem, options), options), pending=("conditions",))).pending == "Checking conditions…"
+
+
+def test_a_kernels_card_says_how_it_was_run_in_a_few_words_and_its_details_name_each_write_with_its_element():
+    from tests.specimens.kernels import SquareWritingIntoSaved, square
+
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    report = check_gradients(SquareWritingIntoSaved.apply, (x,), reference=square, kernel=True, conditions="none", training=0)
+    shown = card(report)
+    (outcome, line), = [s for s in shown.stages if s[0] == "kernel"]
+    assert line.startswith("A kernel, judged in float32") and "into its input x in backward, saved for it" in line
+    saved = report.kernel.writes[0]
+    assert saved.element not in line and any(saved.element in d for d in shown.details)  # the element one click away
