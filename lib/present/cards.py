@@ -278,8 +278,8 @@ def kernel_line(report: GradientReport, short: bool = False) -> str | None:
         return None
     native = kernel.native
     if short:
-        words = "A kernel" + (f", judged in {native.dtype}, its native precision" if native is not None else "")
-        words += " under Triton's interpreter" if kernel.interpreted else ""
+        words = "A kernel" + (f", judged in {native.dtype} (its native precision)" if native is not None else "")
+        words += ", under Triton's interpreter" if kernel.interpreted else ""
         writes = [_WRITES_SHORT[target](names) for target, names in _written(kernel.writes)]
         return words + (f". Writes autograd cannot see: {'; '.join(writes)}" if writes else "")
     words = ["A kernel: each backward call had a fresh forward on fresh copies of the inputs"]

@@ -150,6 +150,6 @@ def test_a_kernels_card_says_how_it_was_run_in_a_few_words_and_its_details_name_
     report = check_gradients(SquareWritingIntoSaved.apply, (x,), reference=square, kernel=True, conditions="none", training=0)
     shown = card(report)
     (outcome, line), = [s for s in shown.stages if s[0] == "kernel"]
-    assert line.startswith("A kernel, judged in float32") and "into its input x in backward, saved for it" in line
+    assert line.startswith("A kernel, judged in float32 (its native precision)") and "into its input x in backward, saved for it" in line
     saved = report.kernel.writes[0]
     assert saved.element not in line and any(saved.element in d for d in shown.details)  # the element one click away
