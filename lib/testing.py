@@ -58,7 +58,7 @@ def _name(function: Checked) -> str:
 
 def as_family(function: Checked, inputs: Sequence[Tensor], reference: Callable[..., Any] | None = None, name: str | None = None,
               surrogate: Callable[..., Any] | None = None, order: int = 2,
-              batch_dims: Sequence[int | None] | None = None, kernel: bool = False) -> Family:
+              batch_dims: Sequence[int | None] | None = None, kernel: bool | None = None) -> Family:
     """A family of one formula, ``function``, on ``inputs`` as given: what the engine needs, and no
     more (nothing registered, no input builder)."""
     names = ("x",) if len(inputs) == 1 else tuple(f"x{i + 1}" for i in range(len(inputs)))
@@ -75,7 +75,7 @@ def check_gradients(function: Checked, inputs: Tensor | Sequence[Tensor], *, ref
                     conditions: str = "default", parity: bool | str | Sequence[str] = False,
                     dtype: torch.dtype | None = None, determinism: int | None = None, batch_invariant: bool = True,
                     provenance: str = "auto", training: int = CheckOptions.training,
-                    batch_dims: Sequence[int | None] | None = None, kernel: bool = False) -> GradientReport:
+                    batch_dims: Sequence[int | None] | None = None, kernel: bool | None = None) -> GradientReport:
     """The app's gradient report for ``function`` on ``inputs`` (copies; the inputs are not changed).
     ``surrogate``: plain torch ops whose autograd gradient is the intended one (see ``declare``);
     ``order=1``: the second order is not checked; ``conditions``: "default", "all" or "none" (the
@@ -92,7 +92,8 @@ def check_gradients(function: Checked, inputs: Tensor | Sequence[Tensor], *, ref
     "never". ``training``: steps of gradient descent with the formula's gradient beside the truth's
     (0: none). ``batch_dims``: per input, its batch dim or None (kept whole), as vmap's ``in_dims``:
     what the empty-batch and one-row conditions cut (default: inferred from the Jacobian's pattern).
-    ``kernel=True``: a fused kernel (Triton, CUDA) that autograd cannot see into, as ``declare``'s.
+    ``kernel=True``: a fused kernel (Triton, CUDA) that autograd cannot see into, as ``declare``'s; by default (None) one
+    that launches Triton kernels is detected as one, and ``kernel=False`` says it is not.
     The defaults are ``CheckOptions``'s."""
     inputs = (inputs,) if isinstance(inputs, Tensor) else tuple(inputs)
     if dtype is not None:
@@ -123,7 +124,7 @@ def assert_gradients_match(function: Checked, inputs: Tensor | Sequence[Tensor],
                            atol: float | None = None, rtol: float | None = None, conditions: str = "default",
                            parity: bool | str | Sequence[str] = False, dtype: torch.dtype | None = None,
                            determinism: int | None = None, batch_invariant: bool = True,
-                           batch_dims: Sequence[int | None] | None = None, kernel: bool = False) -> GradientReport:
+                           batch_dims: Sequence[int | None] | None = None, kernel: bool | None = None) -> GradientReport:
     """Raise AssertionError unless ``function``'s backward matches the truth on every Jacobian
     entry at ``inputs`` (and, with ``order=2``, its double backward does too, or is not
     differentiable by design, ``@once_differentiable``); return the report. ``surrogate``: the

@@ -17,7 +17,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from ..engine.kernels import NATIVE, Native, Write, fresh_graphs, in_native, native_precision, refuse_interpreted, unseen_writes
+from ..engine.kernels import (NATIVE, Native, Write, fresh_graphs, in_native, launches_triton, native_precision, refuse_interpreted,
+                              unseen_writes)
 from ..engine.pipeline import Problem, problem
 from ..errors import FormulaError
 from ..engine.signature import as_tuple, differentiable, differentiable_outputs, positional_apply
@@ -71,7 +72,9 @@ class Family:
     # per input, the dim that is a batch (None: not batched, kept whole), as torch.func.vmap's in_dims; None: inferred
     batch_dims: tuple[int | None, ...] | None = None
     # fused kernels (Triton, CUDA): a graph of their own per backward call, run in their native precision (``engine.kernels``)
-    kernel: bool = False
+    # True: the formulas are declared kernels; None: detected, a formula that launches Triton kernels is one; False: none is
+    kernel: bool | None = None
+    _launches: dict[str, bool] = field(default_factory=dict, compare=False, hash=False, repr=False)  # per formula: detected
 
     def note(self, place: str, default: str = "") -> str:
         return self.notes.get(place, default)
@@ -94,10 +97,18 @@ class Family:
         return self._bound(self.reference if formula is None else self.formula(formula).function,
                            f"{self.title}'s reference" if formula is None else f"The formula {formula!r}", params)
 
+    def kernel_of(self, formula: str, inputs: Sequence[Any], params: Mapping | None = None) -> str:
+        """How ``formula`` is known to be a fused kernel: "declared" (``kernel=True``), "detected" (not
+        declared either way, it launches Triton kernels: ``kernels.launches_triton``, once per
+        formula) or "" (``kernel=False``, or no launch)."""
+        if self.kernel is not None:
+            return "declared" if self.kernel else ""
+        if formula not in self._launches:
+            self._launches[formula] = launches_triton(self.bind_as_given(formula, params), inputs)
+        return "detected" if self._launches[formula] else ""
+
     def native(self, formula: str, inputs: Sequence[Tensor], params: Mapping | None = None) -> Native | None:
-        """A kernel's native precision on ``inputs`` (``kernels.native_precision``); None for other formulas."""
-        if not self.kernel:
-            return None
+        """A kernel's native precision on ``inputs`` (``kernels.native_precision``)."""
         refuse_interpreted(inputs)
         return native_precision(self.bind_as_given(formula, params), self.bind(None, params) if self.reference is not None else None,
                                 inputs)
@@ -137,14 +148,16 @@ class Family:
     def problem(self, formula: str, inputs: Sequence[Tensor], params: Mapping | None = None) -> Problem:
         """``formula`` on ``inputs`` in the engine's canonical form (``lib.engine.pipeline.problem``)."""
         surrogate = self._bound(self.surrogate, f"{self.title}'s surrogate", params) if self.surrogate is not None else None
-        function, native = self.bind(formula, params), self.native(formula, inputs, params)
+        kernel = self.kernel_of(formula, inputs, params)
+        function = fresh_graphs(self.bind_as_given(formula, params)) if kernel else self.bind(formula, params)
+        native = self.native(formula, inputs, params) if kernel else None
         if native is not None:  # run in its precision, on values it can hold: the truth sees the same ones
             function = in_native(function, NATIVE)
             inputs = [x.to(NATIVE).to(x.dtype) if isinstance(x, Tensor) and x.is_floating_point() else x for x in inputs]
-        writes = self.writes(formula, inputs, params, native) if self.kernel else ()
+        writes = self.writes(formula, inputs, params, native) if kernel else ()
         return problem(formula, function, self.bind(None, params) if self.reference is not None else None, inputs,
                        self.input_names, self.loss, outputs=self.output_names, constants=self.constants,
-                       structure_key=self.structure_key(params), surrogate=surrogate, batch_dims=self.batch_dims, kernel=self.kernel,
+                       structure_key=self.structure_key(params), surrogate=surrogate, batch_dims=self.batch_dims, kernel=kernel,
                        native=native, writes=writes)
 
     def differentiates(self, index: int, value: Any) -> bool:
@@ -236,7 +249,7 @@ def declare(
     description: str = "",
     latex: Mapping[str, str] | None = None,
     notes: Mapping[str, str] | None = None,
-    kernel: bool = False,
+    kernel: bool | None = None,
 ) -> Family:
     """Register a family with as little ceremony as possible; the contract for users' modules.
 
@@ -260,6 +273,8 @@ def declare(
     fused kernels (Triton, CUDA) that autograd cannot see into: each backward call gets a fresh forward on fresh copies, a
     kernel that computes in float32 (or refuses float64) is judged in float32 against the float64 truth, the writes it
     makes into its inputs, saved tensors or grad_output are named, and only the first order is checked unless ``order=2``.
+    Undeclared (None), a formula that launches Triton kernels is detected as one, and the report says so; ``kernel=False``:
+    none is.
     """
     if order not in (1, 2, None):
         raise ValueError(f"order must be 1 or 2 (or None, not declared), not {order!r}")

@@ -386,7 +386,7 @@ def anatomy(case: Case, formula: str, timed: bool = True):
     budget.require(8 * case.input_bytes(), f"The anatomy of inputs of shape {case.shape}", "Choose a smaller shape.")
     problem = _problem(case, formula)
     owner = function_class(family.formula(formula).function)  # MyFunction.apply: the class, linted even if forward raises
-    if family.kernel:  # the kernel's own Function as it runs, not the fresh graph the verdict wraps it in
+    if problem.kernel:  # the kernel's own Function as it runs, not the fresh graph the verdict wraps it in
         found = anatomy_of(family.bind_as_given(formula, case.param_values()), _checked_inputs(case), family.input_names, None,
                            timed=timed, owner=owner if isinstance(owner, type) else None)
     elif problem.signature is None:  # its forward raised: the anatomy says where, on the inputs as given
@@ -395,18 +395,19 @@ def anatomy(case: Case, formula: str, timed: bool = True):
     else:
         found = anatomy_of(problem.function, problem.inputs, problem.names, problem.reference, timed=timed,
                            owner=owner if isinstance(owner, type) else None)
-    return _as_asked(found, case.declared_order(), unseen_writes_broken(problem.writes))
+    first_only = case.declared_order() == 1 or bool(problem.kernel)  # a kernel's backward is a kernel: first order unless said
+    return _as_asked(found, first_only, unseen_writes_broken(problem.writes))
 
 
-def _as_asked(found, order: int | None, writes: list):
-    """The anatomy's rules as the case asks them: checked to first order only (``order=1``), a
+def _as_asked(found, first_only: bool, writes: list):
+    """The anatomy's rules as the case asks them: checked to first order only (``order=1``, a kernel), a
     backward that cannot be differentiated again breaks nothing asked of it, so it is a note; a
     kernel's writes that autograd cannot see are notes beside them (``Problem.writes``)."""
     from ..contract.anatomy import SEVERITIES
 
     def asked(b):
-        if order == 1 and b.rule == "a differentiable backward" and b.severity != "note":
-            return replace(b, severity="note", message=f"{b.message}; not asked of it: declared differentiable once (order=1)")
+        if first_only and b.rule == "a differentiable backward" and b.severity != "note":
+            return replace(b, severity="note", message=f"{b.message}; not asked of it: checked to first order only")
         return b
 
     broken = sorted([*map(asked, found.broken), *writes], key=lambda b: SEVERITIES.index(b.severity))

@@ -20,6 +20,8 @@ change for them:
 from __future__ import annotations
 
 import math
+import sys
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -192,6 +194,58 @@ class Kernel:
     native: Native | None
     interpreted: bool
     writes: tuple[Write, ...] = ()
+    detected: bool = False  # not declared (``kernel=True``): found to launch Triton kernels (``launches_triton``)
+
+
+_DETECTING = threading.Lock()  # one detection at a time: each patches triton's launchers for the whole process
+
+
+def launches_triton(function: Callable[..., Any], inputs: Sequence[Any]) -> bool:
+    """Whether ``function`` launches a Triton kernel, compiled or under the interpreter, in its
+    forward or its backward on copies of ``inputs``: a kernel, though not declared one. False where
+    triton was never imported (nothing could launch one) or the call raises (the verdict says why)."""
+    if "triton" not in sys.modules:
+        return False
+    launchers = _launchers()
+    launched: list[bool] = []
+
+    def counting(run: Callable[..., Any]) -> Callable[..., Any]:
+        def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+            launched.append(True)
+            return run(self, *args, **kwargs)
+
+        return counted
+
+    with _DETECTING:
+        originals = {cls: cls.__dict__["run"] for cls in launchers}
+        try:
+            for cls, run in originals.items():
+                cls.run = counting(run)  # type: ignore[attr-defined]
+            leaves = [x.detach().clone().requires_grad_(x.is_floating_point()) if isinstance(x, Tensor) else x for x in inputs]
+            with torch.enable_grad():
+                output = function(*leaves)
+                if not launched:  # a forward in torch ops may still hand its backward to a kernel
+                    outputs = [o for o in (output if isinstance(output, (tuple, list)) else (output,))
+                               if isinstance(o, Tensor) and o.requires_grad]
+                    wanted = [x for x in leaves if isinstance(x, Tensor) and x.requires_grad]
+                    if outputs and wanted:
+                        torch.autograd.grad(outputs, wanted, [torch.ones_like(o) for o in outputs], allow_unused=True)
+        except Exception:  # noqa: BLE001 - the formula's own error: the verdict reports it
+            pass
+        finally:
+            for cls, run in originals.items():
+                cls.run = run  # type: ignore[attr-defined]
+    return bool(launched)
+
+
+def _launchers() -> list[type]:
+    """Triton's classes whose ``run`` launches a kernel: the compiled one and the interpreter's."""
+    found = []
+    for module, name in (("triton.runtime.jit", "JITFunction"), ("triton.runtime.interpreter", "InterpretedFunction")):
+        cls = getattr(sys.modules.get(module), name, None)
+        if isinstance(cls, type) and "run" in cls.__dict__:
+            found.append(cls)
+    return found
 
 
 def interpreted() -> bool:

@@ -216,7 +216,7 @@ class Problem:
     draw: Callable[[int], tuple] | None = None  # seed -> every input as given, freshly drawn (the precision stage's draws)
     given_truth: Callable[..., Any] | None = None  # the reference (or surrogate) as given: of every input, not the canonical form
     batch_dims: tuple[int | None, ...] | None = None  # per given input, its batch dim (None: kept whole); None: inferred
-    kernel: bool = False  # a fused kernel: a graph of its own per backward call (``kernels``)
+    kernel: str = ""  # a fused kernel, "declared" or "detected" (it launches Triton kernels): a graph of its own per backward call
     native: Native | None = None  # a kernel run in its native precision (``kernels``): judged with that dtype's tolerances
     writes: tuple[Write, ...] = ()  # the writes a kernel makes that autograd cannot see (``kernels.unseen_writes``): named, not judged
 
@@ -232,7 +232,7 @@ class Problem:
 def problem(formula: str, function: Callable[..., Any], reference: Callable[..., Any] | None, inputs: Sequence[Tensor],
             names: Sequence[str], loss: Callable[..., Tensor], *, outputs: Sequence[str] = (), constants: Sequence[str] = (),
             structure_key: Hashable = None, surrogate: Callable[..., Any] | None = None,
-            batch_dims: tuple[int | None, ...] | None = None, signature: Signature | None = None, kernel: bool = False,
+            batch_dims: tuple[int | None, ...] | None = None, signature: Signature | None = None, kernel: str = "",
             native: Native | None = None, writes: Sequence[Write] = ()) -> Problem:
     """The canonical form of ``function`` (and ``reference``) on ``inputs``: integer, boolean and
     declared-constant inputs held as they are, the differentiable outputs packed, ``loss`` taking
@@ -626,7 +626,7 @@ def _report(first: FirstOrder, verdict: Verdict, diagnosis, results: dict, famil
         diagnosis=diagnosis,
         signature=first.checked.signature,
         stages=results,
-        kernel=Kernel(problem.native, interpreted(), problem.writes) if problem.kernel else None,
+        kernel=Kernel(problem.native, interpreted(), problem.writes, problem.kernel == "detected") if problem.kernel else None,
     )
 
 

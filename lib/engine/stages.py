@@ -102,8 +102,10 @@ class SecondOrder:
     def run(self, first: FirstOrder, options: CheckOptions, earlier: Earlier):
         p, j = first.checked, first.jacobian  # the reference is the second order's truth only where it is the first order's
         assert j is not None and p.function is not None  # it applies only where the first order was judged
+        # a kernel's backward is a kernel too: once differentiable unless order=2 is asked (one declared a kernel says so already)
+        order = options.order if options.order is not None or not p.kernel else 1
         return check_second_order(p.function, None if j.coverage.unreproduced else p.reference, p.inputs, p.loss, first.tolerances,
-                                  first_order_passed=j.passed, seed=options.seed, names=p.names, declared_order=options.order, role=p.role)
+                                  first_order_passed=j.passed, seed=options.seed, names=p.names, declared_order=order, role=p.role)
 
 
 class Conditions:

@@ -277,12 +277,13 @@ def kernel_line(report: GradientReport, short: bool = False) -> str | None:
     if kernel is None:
         return None
     native = kernel.native
+    detected = " (detected: it launches Triton kernels)" if kernel.detected else ""
     if short:
-        words = "A kernel" + (f", judged in {native.dtype} (its native precision)" if native is not None else "")
-        words += ", under Triton's interpreter" if kernel.interpreted else ""
+        line = "A kernel" + detected + (f", judged in {native.dtype} (its native precision)" if native is not None else "")
+        line += ", under Triton's interpreter" if kernel.interpreted else ""
         writes = [_WRITES_SHORT[target](names) for target, names in _written(kernel.writes)]
-        return words + (f". Writes autograd cannot see: {'; '.join(writes)}" if writes else "")
-    words = ["A kernel: each backward call had a fresh forward on fresh copies of the inputs"]
+        return line + (f". Writes autograd cannot see: {'; '.join(writes)}" if writes else "")
+    words = [f"A kernel{detected}: each backward call had a fresh forward on fresh copies of the inputs"]
     if native is not None:
         why = (f"its float64 run raises in {native.stage} ({native.kind}: {native.message})" if native.stage else
                f"its float64 output is {native.error:.1e} (relative) from the reference's, {native.dtype}'s rounding")

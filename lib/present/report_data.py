@@ -310,7 +310,7 @@ def _kernel(report) -> dict | None:
     if kernel is None:
         return None
     native = kernel.native
-    return {"fresh_graph_per_backward": True, "interpreted": kernel.interpreted,
+    return {"fresh_graph_per_backward": True, "detected": kernel.detected, "interpreted": kernel.interpreted,
             "native": None if native is None else {"dtype": native.dtype, "raised_in": native.stage or None, "raised": native.kind or None,
                                                    "message": native.message or None,
                                                    "float64_output_error": None if native.stage else native.error},

@@ -74,3 +74,15 @@ def test_a_kernel_that_refuses_float64_is_judged_in_float32_and_says_why():
     assert report.verdict.passed
     native = report.kernel.native
     assert (native.dtype, native.stage, native.kind) == ("float32", "backward", "KeyError")
+
+
+def test_a_function_that_launches_triton_kernels_is_detected_as_a_kernel_unless_declared_otherwise():
+    from gradient_lab.engine.kernels import launches_triton
+
+    assert launches_triton(k.Square.apply, (X,)) and not launches_triton(k.square_reference, (X,))
+    detected = check_gradients(k.Square.apply, (X,), reference=k.square_reference, conditions="none", training=0)
+    assert detected.verdict.passed and detected.kernel.detected and detected.kernel.native.dtype == "float32"
+    assert detected.second_order.outcome == "not checked"  # a kernel's backward is a kernel: first order, unless order=2
+    assert not check_gradients(k.square_reference, (X,), conditions="none", training=0).kernel  # plain torch: no kernel
+    plain = check_gradients(k.Square.apply, (X,), reference=k.square_reference, conditions="none", training=0, kernel=False)
+    assert plain.kernel is None  # said not to be one: run as any formula
