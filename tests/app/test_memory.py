@@ -134,7 +134,7 @@ def test_a_list_of_reports_is_guarded_with_what_the_earlier_ones_hold(monkeypatc
 
 # ---- a whole session against the budget ------------------------------------------------------------------
 
-SESSION_BUDGET_MB = 256  # low, so that the largest settings the guards allow are small and quick to run
+SESSION_BUDGET_MB = 128  # low, so that the largest settings the guards allow are small and quick to run
 SESSION_WORK_LIMIT = "3e8"  # a tenth of the default: the loss surface, bound by work, stays quick too
 SLACK = 64 * 2**20  # allocator fragments that cannot be handed back, torch's kernels loaded on first use
 
