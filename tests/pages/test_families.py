@@ -1,12 +1,14 @@
 """Every family is first-class: every page, for every family (built-in, the example module and a
 user's two-input family with no LaTeX), runs without a crash and shows no text of another family."""
 
+import importlib
 import re
 from pathlib import Path
 
 import pytest
 
 from gradient_lab.app import plugins
+from gradient_lab.app import family as family_module
 from gradient_lab.app.family import families
 from gradient_lab.ui.compute import INTERNAL_ERROR
 from tests.pages.conftest import app
@@ -24,11 +26,15 @@ COSINE_WORDS = ("tutorial", "‖x1‖", "★", "1/(‖x1‖‖x2‖)")  # the sp
 
 @pytest.fixture(scope="module")
 def user_families():
+    """The built-in families and those MODULES declare: no other, whatever another test left registered."""
     before, loaded = dict(families()), dict(plugins._LOADED)
+    declared = []
     for module in MODULES:
         result = plugins.load(module)
         assert result.error is None, result.error
-    yield families()
+        declared += result.families
+    builtin = [importlib.import_module(module, "gradient_lab.app").FAMILY.name for module in family_module._BUILTIN_MODULES]
+    yield {name: families()[name] for name in (*builtin, *declared)}
     restore(before)
     plugins._LOADED.clear()
     plugins._LOADED.update(loaded)
