@@ -12,6 +12,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 from functools import partial
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -31,6 +32,7 @@ from ..contract.conformance import Check, conformance_report
 from .devices import available_devices
 from ..errors import LabError
 from ..explore.landscape import GradientField, Plane, Surface, chunk_points, gradient_field, loss_surface, make_plane
+from ..engine.kernels import NATIVE
 from ..engine.signature import differentiable, function_class
 from ..sizes import array_bytes
 from ..engine.tolerances import Tolerances, default_tolerances, gradcheck_tolerances
@@ -386,9 +388,9 @@ def anatomy(case: Case, formula: str, timed: bool = True):
     budget.require(8 * case.input_bytes(), f"The anatomy of inputs of shape {case.shape}", "Choose a smaller shape.")
     problem = _problem(case, formula)
     owner = function_class(family.formula(formula).function)  # MyFunction.apply: the class, linted even if forward raises
-    if problem.kernel:  # the kernel's own Function as it runs, not the fresh graph the verdict wraps it in
-        found = anatomy_of(family.bind_as_given(formula, case.param_values()), _checked_inputs(case), family.input_names, None,
-                           timed=timed, owner=owner if isinstance(owner, type) else None)
+    if problem.kernel and problem.signature is not None:  # the kernel's own Function as it runs, not the verdict's fresh graphs
+        found = anatomy_of(*_as_it_runs(problem, family.bind_as_given(formula, case.param_values())), None, timed=timed,
+                           owner=owner if isinstance(owner, type) else None)
     elif problem.signature is None:  # its forward raised: the anatomy says where, on the inputs as given
         found = anatomy_of(family.bind(formula, case.param_values()), _checked_inputs(case), family.input_names, None, timed=timed,
                            owner=owner)
@@ -397,6 +399,13 @@ def anatomy(case: Case, formula: str, timed: bool = True):
                            owner=owner if isinstance(owner, type) else None)
     first_only = case.declared_order() == 1 or bool(problem.kernel)  # a kernel's backward is a kernel: first order unless said
     return _as_asked(found, first_only, unseen_writes_broken(problem.writes))
+
+
+def _as_it_runs(problem, kernel) -> tuple[Callable[..., Any], tuple, tuple[str, ...]]:
+    """A kernel as it runs, in the canonical form (the differentiated inputs alone, outputs packed),
+    on its inputs in its native precision: (function, inputs, names) for its anatomy."""
+    cast = lambda xs: tuple(x.to(NATIVE) if problem.native is not None and differentiable(x) else x for x in xs)  # noqa: E731
+    return problem.signature.canonical(kernel, cast(problem.given)), cast(problem.inputs), problem.names
 
 
 def _as_asked(found, first_only: bool, writes: list):
