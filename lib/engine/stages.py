@@ -25,7 +25,7 @@ from .parity import check_parity
 from .precision import check_precision
 from .provenance import trace_non_finite
 from .report import Verdict
-from .second_order import check_second_order
+from .second_order import SecondOrderVerdict, check_second_order
 
 if TYPE_CHECKING:
     from .finding import Finding
@@ -102,10 +102,10 @@ class SecondOrder:
     def run(self, first: FirstOrder, options: CheckOptions, earlier: Earlier):
         p, j = first.checked, first.jacobian  # the reference is the second order's truth only where it is the first order's
         assert j is not None and p.function is not None  # it applies only where the first order was judged
-        # a kernel's backward is a kernel too: once differentiable unless order=2 is asked (one declared a kernel says so already)
-        order = options.order if options.order is not None or not p.kernel else 1
+        if options.order is None and p.kernel:  # a kernel's backward is a kernel too: once differentiable unless order=2 is asked
+            return SecondOrderVerdict("not checked", "a kernel: its backward is a kernel too, checked to first order unless order=2", {})
         return check_second_order(p.function, None if j.coverage.unreproduced else p.reference, p.inputs, p.loss, first.tolerances,
-                                  first_order_passed=j.passed, seed=options.seed, names=p.names, declared_order=order, role=p.role)
+                                  first_order_passed=j.passed, seed=options.seed, names=p.names, declared_order=options.order, role=p.role)
 
 
 class Conditions:
