@@ -82,7 +82,7 @@ def test_a_function_that_launches_triton_kernels_is_detected_as_a_kernel_unless_
     assert launches_triton(k.Square.apply, (X,)) and not launches_triton(k.square_reference, (X,))
     detected = check_gradients(k.Square.apply, (X,), reference=k.square_reference, conditions="none", training=0)
     assert detected.verdict.passed and detected.kernel.detected and detected.kernel.native.dtype == "float32"
-    assert detected.second_order.outcome == "not checked" and "a kernel" in detected.second_order.text  # first order, unless order=2
+    assert detected.second_order.outcome == "not checked"  # first order, unless order=2
     assert not check_gradients(k.square_reference, (X,), conditions="none", training=0).kernel  # plain torch: no kernel
     plain = check_gradients(k.Square.apply, (X,), reference=k.square_reference, conditions="none", training=0, kernel=False)
     assert plain.kernel is None  # said not to be one: run as any formula
