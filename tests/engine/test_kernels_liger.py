@@ -131,6 +131,8 @@ def test_a_declared_constant_and_several_outputs_break_no_rule_on_the_anatomy_pa
             case = Case(family=family, formulas=("liger",), shape=(4, 8))
             assert views.contract_problems(case) == {}, family
             assert not views.anatomy(case, "liger", timed=False).errors(), family
+        jsd_report = views.gradient_report(Case(family="liger jsd", formulas=("liger",), shape=(4, 8), conditions="none"), "liger")
+        assert jsd_report.verdict.passed, jsd_report.verdict.summary
         rope = views.gradient_report(Case(family="liger rope", formulas=("liger",), shape=(4, 8), conditions="none"), "liger")
         assert rope.verdict.passed and rope.kernel.detected  # not declared a kernel: it launches Triton's
         assert rope.second_order.outcome == "not checked" and rope.second_order.text.startswith("a kernel")  # first order, unasked
