@@ -19,6 +19,7 @@ import numpy as np
 from ..engine.finding import TRUTH_WORDS, tolerances_text
 from ..engine.report import Determinism, GradientReport, Precision, times
 from ..engine.kernels import describe_writes
+from ..triton import INTERPRETER_SEMANTICS
 
 if TYPE_CHECKING:
     from ..engine.report import Parity
@@ -262,10 +263,6 @@ def stage_lines(report: GradientReport, skip: tuple[str, ...] = OWN_LINES, short
     kernel = kernel_line(report, short=short)
     return (*((("kernel", kernel),) if kernel else ()),
             *((result.outcome, _capital(said(result)())) for name, result in report.stages.items() if name not in skip))
-
-
-INTERPRETER_SEMANTICS = ("under Triton's interpreter (TRITON_INTERPRET=1): interpreter semantics, so indexing, masking, layout and "
-                         "maths are checked, not races, tf32 or GPU memory layouts")
 
 
 def kernel_line(report: GradientReport, short: bool = False) -> str | None:
