@@ -32,6 +32,7 @@ GREEDY_WORK_LIMIT = 2e7  # pairs of columns the greedy colouring may look at (a 
 
 
 CHECK_DIRECTIONS = 2  # random directions a compressed plan must reproduce at the point
+DIFFERENCE_NOISE = 8  # ulps of |f| a forward in the judged dtype may be off by (its reductions), twice over a central difference
 
 
 INDEX = np.int32  # pattern indices: elements are limited far below 2**31, and patterns can be large
@@ -354,6 +355,7 @@ def plan_differences(
     work_limit: float = math.inf,
     atol: float = 1e-5,
     rtol: float = 1e-3,
+    rounding: float = 0.0,
 ) -> list[DifferencePlan]:
     """Choose, for each input, how to perturb it: colour groups from the reference's Jacobian
     pattern, or one element at a time when no pattern can be trusted.
@@ -361,7 +363,10 @@ def plan_differences(
     Every plan carries plain central differences of ``function`` along random directions at
     this point. A pattern is used only once the reference's Jacobian on it (one backward call
     per row colour) or, failing that, the compressed differences reproduce them within the
-    verdict's tolerances (``atol``, ``rtol``): structure can depend on values (ReLU, max, clamp).
+    verdict's tolerances (``atol``, ``rtol``) and the differences' own rounding (``rounding``, the
+    judged dtype's eps: a kernel's float32 differences carry eps·|f|/h): structure can depend on
+    values (ReLU, max, clamp). A pattern too lenient here is no risk to the verdict, whose random
+    probes judge the whole Jacobian.
     ``structure_key`` names the reference and its settings; with it, a pattern found for these
     input shapes is kept and tried first, and found afresh at this point when it fails. Reading
     the structure costs a backward pass per output; above ``work_limit`` element evaluations it
@@ -369,9 +374,13 @@ def plan_differences(
     with torch.no_grad():
         output = function(*inputs)
     m = output.numel()
-    skip = np.nonzero(~torch.isfinite(output).reshape(-1).cpu().numpy())[0]
+    finite = torch.isfinite(output)
+    skip = np.nonzero(~finite.reshape(-1).cpu().numpy())[0]
+    largest = float(output[finite].abs().max()) if bool(finite.any()) else 0.0
+    noise = DIFFERENCE_NOISE * rounding * largest / step  # each evaluation's rounding, over the step
     checks = [_checks(function, inputs, i, step) for i in range(len(inputs))]
-    base = [DifferencePlan(i, x.numel(), m, None, None, None, "", skip_rows=skip, step=step, directions=d, along=a, tolerance=(atol, rtol))
+    base = [DifferencePlan(i, x.numel(), m, None, None, None, "", skip_rows=skip, step=step, directions=d, along=a,
+                           tolerance=(atol + noise, rtol))
             for i, (x, (d, a)) in enumerate(zip(inputs, checks))]
     dense = lambda i, why: replace(base[i], source=f"one perturbation per element: {why}")  # noqa: E731
     if reference is None:
@@ -522,4 +531,5 @@ def plan(problem, tolerances, *, budget_bytes: int = DEFAULT_BUDGET_BYTES, work_
     pattern, colours and cost), for the guards to read before anything is evaluated and for
     ``check`` to run as it is."""
     return plan_differences(problem.function, problem.reference, problem.inputs, tolerances.step, budget_bytes=budget_bytes,
-                            structure_key=problem.structure_key, work_limit=work_limit, atol=tolerances.atol, rtol=tolerances.rtol)
+                            structure_key=problem.structure_key, work_limit=work_limit, atol=tolerances.atol, rtol=tolerances.rtol,
+                            rounding=tolerances.rounding)
