@@ -1,6 +1,6 @@
 """Kernels: formulas whose forward and backward are fused kernels (Triton, CUDA, CuTe) that autograd
-cannot see into (``declare(..., kernel=True)``, ``check_gradients(..., kernel=True)``). Three things
-change for them:
+cannot see into (``declare(..., kernel=True)``, ``check_gradients(..., kernel=True)``, or detected:
+undeclared, one that launches a Triton kernel, ``launches_triton``). Three things change for them:
 
 - every backward call gets a graph of its own (``fresh_graphs``): a fresh forward on fresh copies
   of the inputs, then one backward with a copy of grad_output. A kernel may write into its inputs,
