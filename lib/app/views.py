@@ -32,7 +32,7 @@ from ..contract.conformance import Check, conformance_report
 from .devices import available_devices
 from ..errors import LabError
 from ..explore.landscape import GradientField, Plane, Surface, chunk_points, gradient_field, loss_surface, make_plane
-from ..engine.kernels import NATIVE
+from ..engine.kernels import NATIVE, interpreted
 from ..engine.signature import differentiable, function_class
 from ..sizes import array_bytes
 from ..engine.tolerances import Tolerances, default_tolerances, gradcheck_tolerances
@@ -234,6 +234,9 @@ def gradient_sweep(case: Case, formula: str) -> StepSweep:
 
 
 MAX_CONFORMANCE_ELEMENTS = 4096  # PyTorch's checks build whole Jacobians
+# under Triton's interpreter a kernel's launch takes tens of milliseconds: slow gradcheck's loop over every element would take
+# minutes for what the verdict has judged entry by entry already; the other checks run
+INTERPRETED_SLOW_LIMIT = 64
 
 
 def conformance(case: Case, formula: str) -> list[Check]:
@@ -253,7 +256,8 @@ def conformance(case: Case, formula: str) -> list[Check]:
     return conformance_report(function, problem.inputs if problem.signature else _checked_inputs(case),
                               atol=case.atol if case.atol is not None or native is None else native.atol,
                               rtol=case.rtol if case.rtol is not None or native is None else native.rtol,
-                              step=case.step if case.step is not None or native is None else native.step)
+                              step=case.step if case.step is not None or native is None else native.step,
+                              slow_limit=INTERPRETED_SLOW_LIMIT if problem.kernel and interpreted() else MAX_CONFORMANCE_ELEMENTS)
 
 
 @dataclass(frozen=True)

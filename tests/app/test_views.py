@@ -1,6 +1,12 @@
 """Views: what pages compute, refused in words before anything large is allocated."""
 
+import os
+
 import pytest
+
+# a report imports triton (through torch's compile stack) where it is installed: kernels defined here later (the Triton
+# specimens) run under the interpreter only where the switch is set before that, as tests/specimens/triton_kernels.py says
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from gradient_lab.app import views
 from gradient_lab.app.case import Case
@@ -185,3 +191,16 @@ def test_a_backward_that_cannot_be_differentiated_again_breaks_no_rule_asked_whe
         (rule,) = [b for b in views.anatomy(case, "detached", timed=False).broken if b.rule == "a differentiable backward"]
         assert rule.severity == severity  # the Anatomy page's banner and the command line's contract line agree
         assert bool(views.contract_problems(case)) is (order == 2)
+
+
+def test_under_triton_s_interpreter_slow_gradcheck_is_left_to_the_verdict_and_the_other_checks_run():
+    pytest.importorskip("triton")
+    from tests.registry import families_kept
+
+    with families_kept():
+        from tests.specimens import triton_kernels  # noqa: F401 - declares its families (under the interpreter)
+
+        checks = {c.name: c for c in views.conformance(Case(family="triton rmsnorm", formulas=("right",), shape=(4, 24)), "right")}
+    slow = next(c for name, c in checks.items() if "slow" in name)
+    assert slow.status == "skipped" and f"slow_limit={views.INTERPRETED_SLOW_LIMIT}" in slow.message
+    assert checks["gradcheck (fast)"].status == "pass", checks["gradcheck (fast)"].message  # and the other checks run
