@@ -96,7 +96,10 @@ def _interpreter_made_usable() -> None:
     from ..triton import interpret, interpret_when_imported, interpreting
 
     if interpreting() and importlib.util.find_spec("triton") is not None:
-        interpret()
+        try:
+            interpret()
+        except RuntimeError:  # triton was imported compiled before the switch: a kernel defined now says so when it runs
+            pass
     else:
         interpret_when_imported()
 
