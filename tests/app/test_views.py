@@ -1,12 +1,6 @@
 """Views: what pages compute, refused in words before anything large is allocated."""
 
-import os
-
 import pytest
-
-# a report imports triton (through torch's compile stack) where it is installed: kernels defined here later (the Triton
-# specimens) run under the interpreter only where the switch is set before that, as tests/specimens/triton_kernels.py says
-os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from gradient_lab.app import views
 from gradient_lab.app.case import Case
