@@ -156,25 +156,36 @@ class Write:
     after: float
 
 
-def describe_writes(writes: Sequence[Write]) -> list[tuple[str, str]]:
-    """(target, sentence) per kind of write, in the order found: the inputs a kernel wrote into of one
-    kind in one sentence, each with its first element changed and what the write does to the caller."""
+def writes_by_kind(writes: Sequence[Write]) -> list[tuple[str, list[Write]]]:
+    """(target, its writes) per kind of write, in the order found."""
     grouped: dict[str, list[Write]] = {}
     for w in writes:
         grouped.setdefault(w.target, []).append(w)
-    return [(target, _sentence(target, group)) for target, group in grouped.items()]
+    return list(grouped.items())
+
+
+def describe_writes(writes: Sequence[Write]) -> list[tuple[str, str]]:
+    """(target, sentence) per kind of write, in the order found: the inputs a kernel wrote into of one
+    kind in one sentence, each with its first element changed and what the write does to the caller."""
+    return [(target, _sentence(target, group)) for target, group in writes_by_kind(writes)]
+
+
+def inputs_written(group: Sequence[Write]) -> str:
+    """"its input x", "its inputs a and b": the inputs one kind of write went into."""
+    names = list(dict.fromkeys(w.name for w in group))
+    return ("its input " if len(names) == 1 else "its inputs ") + _and(names)
 
 
 def _sentence(target: str, group: Sequence[Write]) -> str:
-    names = _and([w.name for w in group])
-    inputs, tensors = ("its input", "tensor is") if len(group) == 1 else ("its inputs", "tensors are")
+    names, written = _and([w.name for w in group]), inputs_written(group)
+    tensors = "tensor is" if len(group) == 1 else "tensors are"
     where = "; ".join(f"{w.element}: {w.before:.6g} {'the first time' if target == 'a second backward' else 'before'}, "
                       f"{w.after:.6g} {'the second' if target == 'a second backward' else 'after'}" for w in group)
     if target == "input":
-        return (f"its forward writes into {inputs} {names} ({where}) without ctx.mark_dirty: autograd cannot see the write, and the "
+        return (f"its forward writes into {written} ({where}) without ctx.mark_dirty: autograd cannot see the write, and the "
                 f"caller's {tensors} overwritten")
     if target == "saved tensor":
-        return (f"its backward writes into {inputs} {names}, saved for backward ({where}): autograd cannot see the write; the caller's "
+        return (f"its backward writes into {written}, saved for backward ({where}): autograd cannot see the write; the caller's "
                 f"{tensors} overwritten, and a second backward through the same graph reads the overwritten values")
     if target == "grad_output":
         return f"its backward writes into grad_output ({where}): another consumer of the same gradient buffer reads the overwritten values"

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..engine.finding import TRUTH_WORDS, tolerances_text
 from ..engine.report import Determinism, GradientReport, Precision, times
-from ..engine.kernels import describe_writes
+from ..engine.kernels import describe_writes, inputs_written, writes_by_kind
 from ..triton import INTERPRETER_SEMANTICS
 
 if TYPE_CHECKING:
@@ -278,7 +278,7 @@ def kernel_line(report: GradientReport, short: bool = False) -> str | None:
     if short:
         line = "A kernel" + detected + (f", judged in {native.dtype} (its native precision)" if native is not None else "")
         line += ", under Triton's interpreter" if kernel.interpreted else ""
-        writes = [_WRITES_SHORT[target](names) for target, names in _written(kernel.writes)]
+        writes = [_WRITES_SHORT[target](inputs_written(group)) for target, group in writes_by_kind(kernel.writes)]
         return line + (f". Writes autograd cannot see: {'; '.join(writes)}" if writes else "")
     words = [f"A kernel{detected}: each backward call had a fresh forward on fresh copies of the inputs"]
     if native is not None:
@@ -294,15 +294,6 @@ def kernel_line(report: GradientReport, short: bool = False) -> str | None:
 _WRITES_SHORT = {"input": lambda names: f"into {names} in forward",
                  "saved tensor": lambda names: f"into {names} in backward, saved for it",
                  "grad_output": lambda names: "into grad_output in backward", "a second backward": lambda names: "a second backward differs"}
-
-
-def _written(writes) -> list[tuple[str, str]]:
-    """(target, the inputs written into, "a and b") per kind of write, in the order found."""
-    names: dict[str, list[str]] = {}
-    for w in writes:
-        names.setdefault(w.target, []).append(w.name)
-    plural = lambda found: ("its input " if len(found) == 1 else "its inputs ") + " and ".join(found)  # noqa: E731
-    return [(target, plural(list(dict.fromkeys(found)))) for target, found in names.items()]
 
 
 def pending_line(report: GradientReport) -> str:
